@@ -1,0 +1,156 @@
+package consumertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Kafka is an in-process Kafka-protocol cluster (franz-go's kfake) that
+// segmentio/kafka-go clients talk to over real TCP on loopback.
+type Kafka struct {
+	cluster *kfake.Cluster
+}
+
+// KafkaOptions returns the cluster options the harness uses by default: one
+// broker, group session timeouts down to 100ms so tests can rebalance quickly.
+// Extra options passed to StartKafka are applied after these.
+func KafkaOptions() []kfake.Opt {
+	return []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
+	}
+}
+
+// StartKafka starts a cluster; Close stops it.
+func StartKafka(opts ...kfake.Opt) (*Kafka, error) {
+	c, err := kfake.NewCluster(append(KafkaOptions(), opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("starting kfake cluster: %w", err)
+	}
+	return &Kafka{cluster: c}, nil
+}
+
+// NewKafka starts a cluster for the test and closes it when the test ends.
+func NewKafka(tb testing.TB, opts ...kfake.Opt) *Kafka {
+	tb.Helper()
+	k, err := StartKafka(opts...)
+	if err != nil {
+		tb.Fatalf("consumertest: %v", err)
+	}
+	tb.Cleanup(k.Close)
+	return k
+}
+
+// Cluster exposes the underlying kfake cluster, for fault injection.
+func (k *Kafka) Cluster() *kfake.Cluster { return k.cluster }
+
+// Brokers returns the bootstrap addresses (host:port).
+func (k *Kafka) Brokers() []string { return k.cluster.ListenAddrs() }
+
+// Close stops the cluster.
+func (k *Kafka) Close() { k.cluster.Close() }
+
+// CreateTopic creates a topic with the given partition count, optionally with
+// topic configs such as retention.ms.
+func (k *Kafka) CreateTopic(ctx context.Context, topic string, partitions int, configs map[string]string) error {
+	return CreateTopic(ctx, k.Brokers(), topic, partitions, configs)
+}
+
+// MustCreateTopic is CreateTopic that fails the test on error.
+func (k *Kafka) MustCreateTopic(tb testing.TB, topic string, partitions int) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.CreateTopic(ctx, topic, partitions, nil); err != nil {
+		tb.Fatalf("consumertest: %v", err)
+	}
+}
+
+// Writer returns a kafka-go writer tuned for tests: synchronous, acks=all,
+// no batching delay (the default 1s BatchTimeout makes synchronous writes crawl).
+func (k *Kafka) Writer(topic string) *kafka.Writer { return NewWriter(k.Brokers(), topic) }
+
+// Produce writes messages synchronously, failing the test on error.
+func (k *Kafka) Produce(tb testing.TB, topic string, msgs ...kafka.Message) {
+	tb.Helper()
+	w := k.Writer(topic)
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		tb.Fatalf("consumertest: producing to %s: %v", topic, err)
+	}
+}
+
+// NewWriter returns a synchronous acks=all kafka-go writer without batching delay.
+// Messages that name a Partition go to it; others are hashed by key.
+func NewWriter(brokers []string, topic string) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:         kafka.TCP(brokers...),
+		Topic:        topic,
+		Balancer:     &explicitOrHash{},
+		RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond,
+		BatchSize:    1000,
+		MaxAttempts:  10,
+	}
+}
+
+// explicitOrHash sends a message to its Partition field when set (> 0, or 0
+// with no key), else hashes the key like Kafka's default partitioner.
+type explicitOrHash struct{ hash kafka.Hash }
+
+func (b *explicitOrHash) Balance(msg kafka.Message, partitions ...int) int {
+	if msg.Key == nil {
+		for _, p := range partitions {
+			if p == msg.Partition {
+				return p
+			}
+		}
+	}
+	return b.hash.Balance(msg, partitions...)
+}
+
+// CreateTopic creates a topic through the Kafka admin API; an existing topic
+// with the same name is not an error.
+func CreateTopic(ctx context.Context, brokers []string, topic string, partitions int, configs map[string]string) error {
+	if len(brokers) == 0 {
+		return errors.New("creating topic: no brokers")
+	}
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 30 * time.Second}
+	tc := kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}
+	for k, v := range configs {
+		tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+	}
+	resp, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{tc}})
+	if err != nil {
+		return fmt.Errorf("creating topic %q: %w", topic, err)
+	}
+	if err := resp.Errors[topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		return fmt.Errorf("creating topic %q: %w", topic, err)
+	}
+	return nil
+}
+
+// WaitForBroker waits until a TCP connection to addr succeeds.
+func WaitForBroker(ctx context.Context, addr string) error {
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return c.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for broker %s: %w", addr, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
