@@ -1,0 +1,30 @@
+# syntax=docker/dockerfile:1
+# Two images from one build: the operator (target "manager") and the ready-made
+# consumer (target "consumer"). Static binaries on a distroless, non-root base.
+#   docker build --target manager  -t ghcr.io/idempotency-dev/operator:dev .
+#   docker build --target consumer -t ghcr.io/idempotency-dev/consumer:dev .
+FROM golang:1.26 AS builder
+ARG TARGETOS
+ARG TARGETARCH
+WORKDIR /workspace
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY api/ api/
+COPY cmd/ cmd/
+COPY consumer/ consumer/
+COPY controllers/ controllers/
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/manager ./cmd/consumer
+
+FROM gcr.io/distroless/static:nonroot AS consumer
+WORKDIR /
+COPY --from=builder /out/consumer /consumer
+USER 65532:65532
+ENTRYPOINT ["/consumer"]
+
+FROM gcr.io/distroless/static:nonroot AS manager
+WORKDIR /
+COPY --from=builder /out/manager /manager
+USER 65532:65532
+ENTRYPOINT ["/manager"]
