@@ -44,16 +44,29 @@ type Postgres struct {
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	logPath  string
+	settings []string
 	mu       sync.Mutex
 }
 
+// PostgresOption configures StartPostgres.
+type PostgresOption func(*Postgres)
+
+// WithSetting sets a server configuration parameter (postgres -c name=value),
+// e.g. WithSetting("track_commit_timestamp", "on").
+func WithSetting(name, value string) PostgresOption {
+	return func(pg *Postgres) { pg.settings = append(pg.settings, "-c", name+"="+value) }
+}
+
 // StartPostgres initialises and starts a new cluster. Stop removes it.
-func StartPostgres() (*Postgres, error) {
+func StartPostgres(opts ...PostgresOption) (*Postgres, error) {
 	bindir, err := findPGBin()
 	if err != nil {
 		return nil, err
 	}
 	pg := &Postgres{bindir: bindir, password: randomHex(16)}
+	for _, o := range opts {
+		o(pg)
+	}
 	if os.Geteuid() == 0 {
 		name := os.Getenv("PGTEST_USER")
 		if name == "" {
@@ -127,17 +140,17 @@ func (pg *Postgres) Start() error {
 	if err != nil {
 		return fmt.Errorf("opening server log: %w", err)
 	}
-	cmd := exec.Command(filepath.Join(pg.bindir, "postgres"),
-		"-D", pg.dataDir(),
+	args := []string{"-D", pg.dataDir(),
 		"-c", "listen_addresses=127.0.0.1",
-		"-c", "port="+strconv.Itoa(pg.port),
-		"-c", "unix_socket_directories="+pg.dir,
+		"-c", "port=" + strconv.Itoa(pg.port),
+		"-c", "unix_socket_directories=" + pg.dir,
 		"-c", "fsync=on",
 		"-c", "max_connections=300",
 		"-c", "shared_buffers=128MB",
 		"-c", "log_min_messages=warning",
 		"-c", "max_locks_per_transaction=256",
-	)
+	}
+	cmd := exec.Command(filepath.Join(pg.bindir, "postgres"), append(args, pg.settings...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group so a Ctrl-C of the test run doesn't race our shutdown,
 	// and Pdeathsig so the server dies with a test binary that is killed.
