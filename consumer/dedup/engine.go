@@ -3,8 +3,16 @@ package dedup
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -105,8 +113,8 @@ type State struct {
 
 // Result reports what Maintain did.
 type Result struct {
-	Created []Partition // created (or adopted) and attached
-	Dropped []Partition // detached and dropped, including orphans
+	Created []Partition // created (or adopted) and attached, oldest first
+	Dropped []Partition // detached and dropped, including orphans, oldest first
 	// Finalized names partitions whose interrupted detach was completed.
 	Finalized []string
 	// Window is the dedup window after the run.
@@ -144,27 +152,676 @@ func NewEngine(pool *pgxpool.Pool, t Table, opts ...Option) (*Engine, error) {
 // Table returns the engine's table, with defaults applied.
 func (e *Engine) Table() Table { return e.table }
 
-var errNotImplemented = errors.New("not implemented yet")
-
 // EnsureTable creates the schema (if missing), the partitioned table and its
 // ownership marker for owner, or checks an existing table: it must carry
 // owner's marker (else *OwnershipError) and the requested layout (else
 // *LayoutError). It creates no partitions; Maintain does.
-func (e *Engine) EnsureTable(ctx context.Context, owner string) error { return errNotImplemented }
+func (e *Engine) EnsureTable(ctx context.Context, owner string) error {
+	if err := ValidateOwner(owner); err != nil {
+		return fmt.Errorf("ensuring table %s: %w", e.table, err)
+	}
+	conn, release, err := e.session(ctx)
+	if err != nil {
+		return fmt.Errorf("ensuring table %s: %w", e.table, err)
+	}
+	defer release()
+	st, err := e.observe(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("ensuring table %s: %w", e.table, err)
+	}
+	if st.Exists {
+		if st.Owner != owner {
+			return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
+		}
+		return e.checkLayout(ctx, conn, st)
+	}
+	if err := e.createTable(ctx, conn, owner); err != nil {
+		return fmt.Errorf("ensuring table %s: %w", e.table, err)
+	}
+	return nil
+}
+
+func (e *Engine) createTable(ctx context.Context, conn *pgx.Conn, owner string) error {
+	var schemaExists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, e.table.Schema).Scan(&schemaExists); err != nil {
+		return fmt.Errorf("looking up schema: %w", err)
+	}
+	if !schemaExists {
+		// Checked first because CREATE SCHEMA IF NOT EXISTS still needs the
+		// CREATE privilege on the database, which a role may lack where the
+		// schema was made for it.
+		if err := e.ddl(ctx, conn, "creating schema", "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{e.table.Schema}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	marker, err := jsonLiteral(Marker{Owner: owner, Scope: e.table.Scope, Interval: e.table.Interval, Version: markerVersion})
+	if err != nil {
+		return err
+	}
+	key := "event_id"
+	if e.table.Scope == ScopeConsumerGroup {
+		key = "event_id, consumer_group"
+	}
+	parent := e.parent()
+	// One simple-protocol string runs as one implicit transaction: the table
+	// never exists without its marker. The BRIN index keeps ad-hoc
+	// "processed since" queries cheap at almost no insert cost, because rows
+	// arrive in processed_at order.
+	sql := fmt.Sprintf(`CREATE TABLE %s (
+	event_id uuid NOT NULL,
+	consumer_group text NOT NULL,
+	processed_at timestamptz NOT NULL DEFAULT now(),
+	CONSTRAINT %s PRIMARY KEY (%s)
+) PARTITION BY RANGE (event_id);
+CREATE INDEX ON %s USING brin (processed_at);
+COMMENT ON TABLE %s IS %s`,
+		parent, pgx.Identifier{e.table.Name + "_pkey"}.Sanitize(), key, parent, parent, marker)
+	return e.ddl(ctx, conn, "creating table", sql)
+}
+
+// checkLayout compares an existing table with the requested layout.
+func (e *Engine) checkLayout(ctx context.Context, conn *pgx.Conn, st State) error {
+	var problems []string
+	if st.Marker.Scope != e.table.Scope {
+		problems = append(problems, fmt.Sprintf("marker scope is %q, requested %q", st.Marker.Scope, e.table.Scope))
+	}
+	if st.Marker.Interval != e.table.Interval {
+		problems = append(problems, fmt.Sprintf("marker interval is %q, requested %q (the interval cannot change on an existing table)", st.Marker.Interval, e.table.Interval))
+	}
+	var (
+		relkind string
+		partkey *string
+		pkey    []string
+		cols    []string
+	)
+	err := conn.QueryRow(ctx, `
+SELECT c.relkind::text,
+       CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END,
+       ARRAY(SELECT a.attname::text
+               FROM pg_constraint con
+               CROSS JOIN LATERAL unnest(con.conkey) WITH ORDINALITY k(attnum, ord)
+               JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum
+              WHERE con.conrelid = c.oid AND con.contype = 'p' ORDER BY k.ord),
+       ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+               FROM pg_attribute a
+              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = $1 AND c.relname = $2`, e.table.Schema, e.table.Name).Scan(&relkind, &partkey, &pkey, &cols)
+	if err != nil {
+		return fmt.Errorf("reading layout of %s: %w", e.table, err)
+	}
+	if relkind != "p" {
+		problems = append(problems, "not a partitioned table")
+	} else if partkey == nil || *partkey != "RANGE (event_id)" {
+		problems = append(problems, fmt.Sprintf("partitioned by %v, want RANGE (event_id)", deref(partkey)))
+	}
+	wantCols := []string{"event_id uuid not null", "consumer_group text not null", "processed_at timestamp with time zone not null"}
+	if !slices.Equal(cols, wantCols) {
+		problems = append(problems, fmt.Sprintf("columns are [%s], want [%s]", strings.Join(cols, ", "), strings.Join(wantCols, ", ")))
+	}
+	wantKey := []string{"event_id"}
+	if e.table.Scope == ScopeConsumerGroup {
+		wantKey = append(wantKey, "consumer_group")
+	}
+	if !slices.Equal(pkey, wantKey) {
+		problems = append(problems, fmt.Sprintf("primary key is (%s), scope %s needs (%s)", strings.Join(pkey, ", "), e.table.Scope, strings.Join(wantKey, ", ")))
+	}
+	if len(problems) > 0 {
+		return &LayoutError{Table: e.table.String(), Problems: problems}
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "nothing"
+	}
+	return *s
+}
 
 // Observe reads the table's state from pg_catalog. A missing table is a
 // State with Exists false, not an error.
-func (e *Engine) Observe(ctx context.Context) (State, error) { return State{}, errNotImplemented }
-
-// Maintain brings the partitions in line with PlanPartitions(now, premake,
-// retention): completes interrupted detaches, adopts or drops orphans,
-// creates missing partitions (current and future first) and drops expired
-// ones, without blocking inserts. It stops at the first step that fails; a
-// *LockError (IsRetryable) means a lock stayed busy: run it again later.
-func (e *Engine) Maintain(ctx context.Context, now time.Time, premake int, retention time.Duration) (Result, error) {
-	return Result{}, errNotImplemented
+func (e *Engine) Observe(ctx context.Context) (State, error) {
+	c, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return State{}, fmt.Errorf("observing %s: acquiring connection: %w", e.table, err)
+	}
+	defer c.Release()
+	st, err := e.observe(ctx, c.Conn())
+	if err != nil {
+		return State{}, fmt.Errorf("observing %s: %w", e.table, err)
+	}
+	return st, nil
 }
 
-// DropTable drops the table and its partitions if its marker names owner;
-// *OwnershipError otherwise. A missing table is not an error.
-func (e *Engine) DropTable(ctx context.Context, owner string) error { return errNotImplemented }
+func (e *Engine) observe(ctx context.Context, conn *pgx.Conn) (State, error) {
+	var st State
+	var (
+		oid     uint32
+		comment *string
+	)
+	err := conn.QueryRow(ctx, `
+SELECT c.oid, obj_description(c.oid, 'pg_class')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = $1 AND c.relname = $2`, e.table.Schema, e.table.Name).Scan(&oid, &comment)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("looking up table: %w", err)
+	}
+	st.Exists = true
+	if comment != nil {
+		if m, ok := parseMarker(*comment); ok {
+			st.Marker, st.Owner = m, m.Owner
+		}
+	}
+
+	rows, err := conn.Query(ctx, `
+SELECT n.nspname::text, c.relname::text, pg_get_expr(c.relpartbound, c.oid), i.inhdetachpending, c.reltuples::bigint
+  FROM pg_inherits i
+  JOIN pg_class c ON c.oid = i.inhrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE i.inhparent = $1`, oid)
+	if err != nil {
+		return st, fmt.Errorf("listing partitions: %w", err)
+	}
+	for rows.Next() {
+		var (
+			schema, name, bound string
+			p                   ObservedPartition
+		)
+		if err := rows.Scan(&schema, &name, &bound, &p.DetachPending, &p.Rows); err != nil {
+			rows.Close()
+			return st, fmt.Errorf("listing partitions: %w", err)
+		}
+		p.Name = name
+		if schema != e.table.Schema {
+			p.Name = schema + "." + name
+		}
+		if err := parseBound(&p, bound); err != nil {
+			rows.Close()
+			return st, err
+		}
+		st.Partitions = append(st.Partitions, p)
+	}
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("listing partitions: %w", err)
+	}
+	sort.Slice(st.Partitions, func(i, j int) bool {
+		a, b := st.Partitions[i], st.Partitions[j]
+		if a.Default != b.Default {
+			return b.Default
+		}
+		return lessUUID(a.keyRange().lo, b.keyRange().lo) || (a.keyRange().lo == b.keyRange().lo && a.Name < b.Name)
+	})
+	for _, p := range st.Partitions {
+		if _, ok := ownPartition(p, e.table.Interval, e.table.Name); !ok {
+			st.Foreign = append(st.Foreign, p.Name)
+		}
+	}
+	sort.Strings(st.Foreign)
+	st.Window = newCoverage(st.Partitions).window()
+
+	if st.Owner != "" {
+		if st.Orphans, err = e.orphans(ctx, conn, st.Owner); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// orphans lists the standalone tables that are ours: named like one of our
+// partitions and carrying our partition marker with matching bounds.
+func (e *Engine) orphans(ctx context.Context, conn *pgx.Conn, owner string) ([]Partition, error) {
+	prefix := e.table.Name + "_p"
+	rows, err := conn.Query(ctx, `
+SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), '')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = $1 AND c.relkind = 'r' AND NOT c.relispartition AND left(c.relname, $2) = $3
+ ORDER BY c.relname`, e.table.Schema, len(prefix), prefix)
+	if err != nil {
+		return nil, fmt.Errorf("listing standalone partition tables: %w", err)
+	}
+	defer rows.Close()
+	var out []Partition
+	for rows.Next() {
+		var name, comment string
+		if err := rows.Scan(&name, &comment); err != nil {
+			return nil, fmt.Errorf("listing standalone partition tables: %w", err)
+		}
+		from, ok := ParsePartitionName(e.table.Name, e.table.Interval, name)
+		if !ok {
+			continue
+		}
+		p := e.table.Interval.partition(e.table.Name, from)
+		m, ok := parsePartitionMarker(comment)
+		lo, hi := p.Bounds()
+		if !ok || m.PartitionOf != e.table.String() || m.Owner != owner || m.From != lo.String() || m.To != hi.String() {
+			continue // not ours: never touched
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing standalone partition tables: %w", err)
+	}
+	return out, nil
+}
+
+// Maintain brings the partitions in line with PlanPartitions(now, premake,
+// retention): creates missing partitions (the current and future ones first,
+// adopting a standalone table left by an interrupted run), completes
+// interrupted detaches, drops expired partitions and leftover detached
+// tables, without ever taking a lock that blocks inserts. It stops at the
+// first step that fails and returns what it did so far; a *LockError
+// (IsRetryable) means a lock stayed busy: run it again later.
+func (e *Engine) Maintain(ctx context.Context, now time.Time, premake int, retention time.Duration) (Result, error) {
+	var res Result
+	if err := ValidatePolicy(e.table.Interval, premake, retention); err != nil {
+		return res, fmt.Errorf("maintaining %s: %w", e.table, err)
+	}
+	conn, release, err := e.session(ctx)
+	if err != nil {
+		return res, fmt.Errorf("maintaining %s: %w", e.table, err)
+	}
+	defer release()
+	err = e.maintain(ctx, conn, now, premake, retention, &res)
+	byFrom := func(a, b Partition) int { return a.From.Compare(b.From) }
+	slices.SortFunc(res.Created, byFrom)
+	slices.SortFunc(res.Dropped, byFrom)
+	// Report the window as it is now, also after a failed step.
+	if st, oerr := e.observe(ctx, conn); oerr == nil {
+		res.Window, res.Foreign = st.Window, st.Foreign
+	}
+	if err != nil {
+		return res, fmt.Errorf("maintaining %s: %w", e.table, err)
+	}
+	return res, nil
+}
+
+func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, premake int, retention time.Duration, res *Result) error {
+	st, err := e.observe(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if !st.Exists {
+		return ErrTableNotFound
+	}
+	if st.Owner == "" {
+		return &OwnershipError{Table: e.table.String()}
+	}
+	plan := PlanPartitions(now, e.table.Interval, premake, retention, e.table.Name, st.Partitions)
+	orphans := make(map[string]bool)
+	for _, o := range st.Orphans {
+		orphans[o.Name] = true
+	}
+
+	// Creating comes first: a missing current or next partition makes
+	// inserts fail, an expired one only costs disk.
+	for _, p := range createOrder(plan.Create, e.table.Interval.Floor(now)) {
+		if err := e.createPartition(ctx, conn, p, st.Owner, orphans[p.Name]); err != nil {
+			return err
+		}
+		delete(orphans, p.Name)
+		res.Created = append(res.Created, p)
+	}
+
+	// A kept partition of ours left pending detach (a detach interrupted
+	// after its first transaction, under another retention) is completed
+	// and attached again, so its range accepts inserts.
+	for _, p := range st.Partitions {
+		if !p.DetachPending {
+			continue
+		}
+		own, ok := ownPartition(p, e.table.Interval, e.table.Name)
+		if !ok || slices.ContainsFunc(plan.Drop, func(d Partition) bool { return d.Name == own.Name }) {
+			continue
+		}
+		if err := e.detach(ctx, conn, own); err != nil {
+			return err
+		}
+		res.Finalized = append(res.Finalized, own.Name)
+		if err := e.createPartition(ctx, conn, own, st.Owner, true); err != nil {
+			return err
+		}
+	}
+
+	for _, p := range plan.Drop {
+		pending := slices.ContainsFunc(st.Partitions, func(o ObservedPartition) bool { return o.Name == p.Name && o.DetachPending })
+		if err := e.detach(ctx, conn, p); err != nil {
+			return err
+		}
+		if pending {
+			res.Finalized = append(res.Finalized, p.Name)
+		}
+		if err := e.dropDetached(ctx, conn, p); err != nil {
+			return err
+		}
+		res.Dropped = append(res.Dropped, p)
+	}
+
+	// Leftovers of an interrupted drop (detached, not dropped) go once
+	// expired; a standalone table still inside the window was adopted above.
+	keepFrom := now.Add(-retention)
+	for _, o := range st.Orphans {
+		if !orphans[o.Name] || o.To.After(keepFrom) {
+			continue
+		}
+		if err := e.dropDetached(ctx, conn, o); err != nil {
+			return err
+		}
+		res.Dropped = append(res.Dropped, o)
+	}
+	return nil
+}
+
+// createOrder puts the slots from the current one onwards first (ascending),
+// then the older ones, newest first.
+func createOrder(ps []Partition, current time.Time) []Partition {
+	var ahead, behind []Partition
+	for _, p := range ps {
+		if p.From.Before(current) {
+			behind = append(behind, p)
+		} else {
+			ahead = append(ahead, p)
+		}
+	}
+	slices.Reverse(behind)
+	return append(ahead, behind...)
+}
+
+const boundsConstraint = "idempotency_bounds"
+
+// createPartition creates p as a standalone table (or adopts the standalone
+// table an interrupted run left) and attaches it. The CHECK constraint
+// matching the bounds lets ATTACH skip the validation scan; it is kept
+// afterwards so a detached table stays self-describing and can be attached
+// again without a scan.
+func (e *Engine) createPartition(ctx context.Context, conn *pgx.Conn, p Partition, owner string, adopt bool) error {
+	child := pgx.Identifier{e.table.Schema, p.Name}.Sanitize()
+	lo, hi := p.Bounds()
+	check := fmt.Sprintf(`CHECK (event_id >= '%s'::uuid AND event_id < '%s'::uuid)`, lo, hi)
+	if adopt {
+		var has bool
+		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = $1::regclass AND conname = $2 AND contype = 'c')`,
+			child, boundsConstraint).Scan(&has)
+		if err != nil {
+			return fmt.Errorf("inspecting standalone table %s: %w", p.Name, err)
+		}
+		if !has {
+			sql := fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, child, boundsConstraint, check)
+			if err := e.ddl(ctx, conn, "adding bounds to standalone table "+p.Name, sql); err != nil {
+				return err
+			}
+		}
+	} else {
+		marker, err := jsonLiteral(partitionMarker{PartitionOf: e.table.String(), Owner: owner, From: lo.String(), To: hi.String()})
+		if err != nil {
+			return err
+		}
+		sql := fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL, CONSTRAINT %s %s);\nCOMMENT ON TABLE %s IS %s",
+			child, e.parent(), boundsConstraint, check, child, marker)
+		if err := e.ddl(ctx, conn, "creating table for partition "+p.Name, sql); err != nil {
+			return err
+		}
+	}
+	if err := e.step(ctx, StepCreated, p.Name); err != nil {
+		return err
+	}
+	sql := fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`, e.parent(), child, lo, hi)
+	if err := e.ddl(ctx, conn, "attaching partition "+p.Name, sql); err != nil {
+		return err
+	}
+	return e.step(ctx, StepAttached, p.Name)
+}
+
+// relState is where one of our relations stands in the drop protocol.
+type relState int
+
+const (
+	relGone relState = iota
+	relStandalone
+	relAttached
+	relDetachPending
+)
+
+func (e *Engine) relState(ctx context.Context, conn *pgx.Conn, name string) (relState, error) {
+	var (
+		exists, attached, pending bool
+	)
+	err := conn.QueryRow(ctx, `
+SELECT true, i.inhrelid IS NOT NULL, coalesce(i.inhdetachpending, false)
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+ WHERE n.nspname = $1 AND c.relname = $2`, e.table.Schema, name).Scan(&exists, &attached, &pending)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return relGone, nil
+	case err != nil:
+		return relGone, fmt.Errorf("looking up %s: %w", name, err)
+	case pending:
+		return relDetachPending, nil
+	case attached:
+		return relAttached, nil
+	}
+	return relStandalone, nil
+}
+
+// detach detaches p with DETACH CONCURRENTLY, which takes only SHARE UPDATE
+// EXCLUSIVE on the parent and waits for the transactions using the partition
+// instead of locking them out. Its second transaction can fail (lock_timeout
+// while waiting, a crash); the partition is then left "detach pending" and
+// the next attempt completes it with FINALIZE. The state is re-read before
+// every attempt, so each attempt does the one statement that is still due.
+func (e *Engine) detach(ctx context.Context, conn *pgx.Conn, p Partition) error {
+	child := pgx.Identifier{e.table.Schema, p.Name}.Sanitize()
+	for attempt := 1; ; attempt++ {
+		rs, err := e.relState(ctx, conn, p.Name)
+		if err != nil {
+			return err
+		}
+		var sql, op string
+		switch rs {
+		case relGone, relStandalone:
+			return e.step(ctx, StepDetached, p.Name)
+		case relAttached:
+			op = "detaching partition " + p.Name
+			sql = fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY`, e.parent(), child)
+		case relDetachPending:
+			op = "finalizing the detach of partition " + p.Name
+			sql = fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s FINALIZE`, e.parent(), child)
+		}
+		err = conn.PgConn().Exec(ctx, sql).Close()
+		if err == nil {
+			continue // re-read: the next round reports it standalone
+		}
+		if !isLockTimeout(err) {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if attempt >= e.cfg.attempts {
+			return &LockError{Op: op, Attempts: attempt, Err: err}
+		}
+		if err := e.sleep(ctx, attempt); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	}
+}
+
+// dropDetached drops p once it is a standalone table; an attached one is
+// never dropped here (DROP of a partition locks the parent).
+func (e *Engine) dropDetached(ctx context.Context, conn *pgx.Conn, p Partition) error {
+	rs, err := e.relState(ctx, conn, p.Name)
+	if err != nil {
+		return err
+	}
+	switch rs {
+	case relGone:
+		return e.step(ctx, StepDropped, p.Name)
+	case relAttached, relDetachPending:
+		return fmt.Errorf("dropping %s: it is still a partition", p.Name)
+	}
+	sql := "DROP TABLE " + pgx.Identifier{e.table.Schema, p.Name}.Sanitize()
+	if err := e.ddl(ctx, conn, "dropping detached table "+p.Name, sql); err != nil {
+		return err
+	}
+	return e.step(ctx, StepDropped, p.Name)
+}
+
+// DropTable drops the table, its partitions and leftover standalone tables
+// of ours, if its marker names owner; *OwnershipError otherwise. It refuses
+// while foreign partitions are attached (dropping the parent would drop
+// them). A missing table is not an error.
+func (e *Engine) DropTable(ctx context.Context, owner string) error {
+	if err := ValidateOwner(owner); err != nil {
+		return fmt.Errorf("dropping table %s: %w", e.table, err)
+	}
+	conn, release, err := e.session(ctx)
+	if err != nil {
+		return fmt.Errorf("dropping table %s: %w", e.table, err)
+	}
+	defer release()
+	st, err := e.observe(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("dropping table %s: %w", e.table, err)
+	}
+	if !st.Exists {
+		return nil
+	}
+	if st.Owner != owner {
+		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
+	}
+	if len(st.Foreign) > 0 {
+		return fmt.Errorf("dropping table %s: foreign partitions attached (%s); detach them first", e.table, strings.Join(st.Foreign, ", "))
+	}
+	if err := e.ddl(ctx, conn, "dropping table "+e.table.String(), "DROP TABLE "+e.parent()); err != nil {
+		return fmt.Errorf("dropping table %s: %w", e.table, err)
+	}
+	for _, o := range st.Orphans {
+		if err := e.dropDetached(ctx, conn, o); err != nil {
+			return fmt.Errorf("dropping table %s: %w", e.table, err)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) parent() string { return pgx.Identifier{e.table.Schema, e.table.Name}.Sanitize() }
+
+func (e *Engine) step(ctx context.Context, s Step, partition string) error {
+	if e.cfg.hook == nil {
+		return nil
+	}
+	return e.cfg.hook(ctx, s, partition)
+}
+
+// session takes a pool connection for the whole run, holding the table's
+// session-level advisory lock and a short lock_timeout. DETACH CONCURRENTLY
+// must run outside a transaction block, so the lock cannot be a transaction
+// lock. release gives the lock and the setting back, or discards the
+// connection if it cannot, so neither leaks into the pool.
+func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
+	pc, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("acquiring connection: %w", err)
+	}
+	conn := pc.Conn()
+	locked := false
+	release := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		var err error
+		if locked {
+			_, err = conn.Exec(cctx, `SELECT pg_advisory_unlock($1)`, e.lockKey())
+		}
+		if err == nil {
+			err = conn.PgConn().Exec(cctx, "RESET lock_timeout").Close()
+		}
+		if err != nil {
+			_ = pc.Hijack().Close(cctx)
+			return
+		}
+		pc.Release()
+	}
+	setTimeout := fmt.Sprintf("SET lock_timeout = %d", e.cfg.lockTimeout.Milliseconds())
+	if err := conn.PgConn().Exec(ctx, setTimeout).Close(); err != nil {
+		release()
+		return nil, nil, fmt.Errorf("setting lock_timeout: %w", err)
+	}
+	// Try-lock in a loop rather than pg_advisory_lock, which would be cut
+	// short by the lock_timeout just set; waiting for another maintainer is
+	// expected and bounded separately.
+	deadline := time.Now().Add(e.cfg.advisoryLockWait)
+	for attempt := 1; ; attempt++ {
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, e.lockKey()).Scan(&locked); err != nil {
+			release()
+			return nil, nil, fmt.Errorf("taking the table's advisory lock: %w", err)
+		}
+		if locked {
+			return conn, release, nil
+		}
+		if time.Now().After(deadline) {
+			release()
+			return nil, nil, &LockError{Op: "waiting for another maintainer of " + e.table.String(), Attempts: attempt, Err: errors.New("advisory lock held")}
+		}
+		select {
+		case <-ctx.Done():
+			release()
+			return nil, nil, fmt.Errorf("waiting for the table's advisory lock: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// lockKey is the advisory lock key of the table: a hash of its qualified
+// name, the same in every process.
+func (e *Engine) lockKey() int64 {
+	h := fnv.New64a()
+	h.Write([]byte("idempotency.dev/dedup\x00" + e.table.Schema + "\x00" + e.table.Name))
+	return int64(h.Sum64())
+}
+
+// ddl runs one DDL string (simple protocol, so several statements form one
+// implicit transaction) and retries it with backoff while it fails on
+// lock_timeout. Other errors are returned at once.
+func (e *Engine) ddl(ctx context.Context, conn *pgx.Conn, op, sql string) error {
+	for attempt := 1; ; attempt++ {
+		err := conn.PgConn().Exec(ctx, sql).Close()
+		if err == nil {
+			return nil
+		}
+		if !isLockTimeout(err) {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if attempt >= e.cfg.attempts {
+			return &LockError{Op: op, Attempts: attempt, Err: err}
+		}
+		if err := e.sleep(ctx, attempt); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	}
+}
+
+// sleep waits before attempt+1: exponential backoff with jitter, so two
+// maintainers of different tables behind the same lock do not retry in step.
+func (e *Engine) sleep(ctx context.Context, attempt int) error {
+	d := e.cfg.backoff << min(attempt-1, 20)
+	if d > e.cfg.maxBackoff || d <= 0 {
+		d = e.cfg.maxBackoff
+	}
+	if d > 0 {
+		d = d/2 + rand.N(d/2+1)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// isLockTimeout reports the errors a busy lock produces: lock_not_available
+// (lock_timeout) and deadlock_detected.
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01")
+}

@@ -3,14 +3,24 @@ package dedup
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sort"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // DefaultRefreshInterval is how long an Inserter trusts its cached window.
 const DefaultRefreshInterval = time.Minute
+
+// missRefreshInterval rate-limits the extra window refresh done when a batch
+// holds ids outside the cached window (a partition may have been created
+// since): old replays would otherwise cost a catalog query per batch.
+const missRefreshInterval = time.Second
 
 // InserterOption configures an Inserter.
 type InserterOption func(*Inserter)
@@ -21,12 +31,23 @@ func WithRefreshInterval(d time.Duration) InserterOption {
 	return func(in *Inserter) { in.refreshEvery = d }
 }
 
+// WithClock sets the clock used to age the cached window (tests).
+func WithClock(now func() time.Time) InserterOption {
+	return func(in *Inserter) { in.now = now }
+}
+
 // Inserter performs the batched dedup insert for one consumer group. It is
 // safe for concurrent use; share one per table and group.
 type Inserter struct {
 	table        Table
 	group        string
 	refreshEvery time.Duration
+	now          func() time.Time
+	insertSQL    string
+
+	mu       sync.Mutex
+	cov      coverage
+	loadedAt time.Time // zero: never loaded
 }
 
 // BatchResult is the outcome of one Insert, index-aligned with its input.
@@ -45,20 +66,236 @@ type BatchResult struct {
 func NewInserter(t Table, group string, opts ...InserterOption) (*Inserter, error) {
 	t = t.WithDefaults()
 	if err := t.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("creating dedup inserter: %w", err)
 	}
 	if group == "" {
 		return nil, errors.New("creating dedup inserter: empty consumer group")
 	}
-	in := &Inserter{table: t, group: group, refreshEvery: DefaultRefreshInterval}
+	in := &Inserter{table: t, group: group, refreshEvery: DefaultRefreshInterval, now: time.Now}
 	for _, o := range opts {
 		o(in)
 	}
+	// ON CONFLICT without a target absorbs a conflict on the primary key
+	// whatever the scope; RETURNING lists only the rows inserted now.
+	in.insertSQL = fmt.Sprintf(`INSERT INTO %s (event_id, consumer_group) SELECT unnest($1::uuid[]), $2 ON CONFLICT DO NOTHING RETURNING event_id`,
+		pgx.Identifier{t.Schema, t.Name}.Sanitize())
 	return in, nil
+}
+
+// Window returns the cached window (zero before the first Insert).
+func (in *Inserter) Window() Window {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.cov.window()
 }
 
 // Insert records ids as processed by the inserter's group inside tx, in one
 // statement, and reports which are fresh and which are outside the window.
+//
+// Ids outside the window are never sent, so they cannot abort tx; report
+// them with OutsideWindowError. The statement runs under a savepoint: if a
+// partition was detached since the window was read (SQLSTATE 23514), Insert
+// rolls back to the savepoint, re-reads the window and tries once more, so
+// tx stays usable. The ids are inserted in sorted order, so two batches
+// sharing ids lock them in the same order and cannot deadlock each other.
+// A concurrent transaction inserting the same id makes Insert wait for it:
+// the id is fresh here if that transaction rolls back, not if it commits.
 func (in *Inserter) Insert(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (BatchResult, error) {
-	return BatchResult{}, errNotImplemented
+	res := BatchResult{Fresh: make([]bool, len(ids)), Outside: make([]bool, len(ids))}
+	if tx == nil {
+		return res, errors.New("inserting event ids: nil transaction")
+	}
+	if len(ids) == 0 {
+		return res, nil
+	}
+	cov, err := in.coverage(ctx, tx, false)
+	if err != nil {
+		return res, err
+	}
+	send := classify(cov, ids, res.Outside)
+	if len(send) < uniqueCount(ids) && in.age() >= missRefreshInterval {
+		if cov, err = in.coverage(ctx, tx, true); err != nil {
+			return res, err
+		}
+		send = classify(cov, ids, res.Outside)
+	}
+	fresh, err := in.insert(ctx, tx, send)
+	if isCheckViolation(err) {
+		// The window shrank under us: a partition was detached after the
+		// cache was read. Re-read it and try the ids still inside once.
+		if cov, err = in.coverage(ctx, tx, true); err != nil {
+			return res, err
+		}
+		send = classify(cov, ids, res.Outside)
+		fresh, err = in.insert(ctx, tx, send)
+	}
+	res.Window = cov.window()
+	if err != nil {
+		return res, fmt.Errorf("inserting %d event ids into %s: %w", len(send), in.table, err)
+	}
+	seen := make(map[uuid.UUID]bool, len(fresh))
+	for i, id := range ids {
+		if fresh[id] && !seen[id] {
+			res.Fresh[i] = true
+		}
+		seen[id] = true
+	}
+	return res, nil
+}
+
+// classify marks the ids without a partition and returns the others, unique
+// and sorted.
+func classify(cov coverage, ids []uuid.UUID, outside []bool) []pgtype.UUID {
+	set := make(map[uuid.UUID]struct{}, len(ids))
+	for i, id := range ids {
+		outside[i] = !cov.contains(id)
+		if !outside[i] {
+			set[id] = struct{}{}
+		}
+	}
+	send := make([]pgtype.UUID, 0, len(set))
+	for id := range set {
+		send = append(send, pgtype.UUID{Bytes: id, Valid: true})
+	}
+	sort.Slice(send, func(i, j int) bool { return lessUUID(send[i].Bytes, send[j].Bytes) })
+	return send
+}
+
+func uniqueCount(ids []uuid.UUID) int {
+	set := make(map[uuid.UUID]struct{}, len(ids))
+	for _, id := range ids {
+		set[id] = struct{}{}
+	}
+	return len(set)
+}
+
+const insertSavepoint = "idempotency_dedup_insert"
+
+// insert runs the statement under a savepoint, pipelined with it in one
+// round trip, and returns the ids inserted now.
+func (in *Inserter) insert(ctx context.Context, tx pgx.Tx, send []pgtype.UUID) (map[uuid.UUID]bool, error) {
+	fresh := make(map[uuid.UUID]bool, len(send))
+	if len(send) == 0 {
+		return fresh, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue("SAVEPOINT " + insertSavepoint)
+	b.Queue(in.insertSQL, send, in.group)
+	b.Queue("RELEASE SAVEPOINT " + insertSavepoint)
+	br := tx.SendBatch(ctx, b)
+	err := func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id pgtype.UUID
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			fresh[id.Bytes] = true
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = br.Exec()
+		return err
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		return fresh, nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// A server-side error: undo the failed statement only, leaving the
+		// caller's transaction usable; the savepoint is released so none
+		// accumulate. (A connection error leaves nothing to roll back.)
+		rb := "ROLLBACK TO SAVEPOINT " + insertSavepoint + "; RELEASE SAVEPOINT " + insertSavepoint
+		if rerr := tx.Conn().PgConn().Exec(ctx, rb).Close(); rerr != nil {
+			return nil, fmt.Errorf("rolling back to savepoint: %w (after %w)", rerr, err)
+		}
+	}
+	return nil, err
+}
+
+// coverage returns the cached partition ranges, re-reading them from
+// pg_catalog through tx when forced, never loaded, or older than the refresh
+// interval.
+func (in *Inserter) coverage(ctx context.Context, tx pgx.Tx, force bool) (coverage, error) {
+	in.mu.Lock()
+	cov, loaded := in.cov, in.loadedAt
+	in.mu.Unlock()
+	if !force && !loaded.IsZero() && in.now().Sub(loaded) < in.refreshEvery {
+		return cov, nil
+	}
+	cov, err := loadCoverage(ctx, tx, in.table)
+	if err != nil {
+		return coverage{}, err
+	}
+	in.mu.Lock()
+	in.cov, in.loadedAt = cov, in.now()
+	in.mu.Unlock()
+	return cov, nil
+}
+
+func (in *Inserter) age() time.Duration {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.now().Sub(in.loadedAt)
+}
+
+// loadCoverage reads the partitions that accept rows (attached, not pending
+// detach). Catalog reads take no table locks, so this never waits on
+// maintenance.
+func loadCoverage(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, t Table) (coverage, error) {
+	rows, err := q.Query(ctx, `
+SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid)
+  FROM pg_class p
+  JOIN pg_namespace n ON n.oid = p.relnamespace
+  LEFT JOIN pg_inherits i ON i.inhparent = p.oid AND NOT i.inhdetachpending
+  LEFT JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE n.nspname = $1 AND p.relname = $2`, t.Schema, t.Name)
+	if err != nil {
+		return coverage{}, fmt.Errorf("reading the dedup window of %s: %w", t, err)
+	}
+	defer rows.Close()
+	found := false
+	var parts []ObservedPartition
+	for rows.Next() {
+		found = true
+		var name, bound *string
+		if err := rows.Scan(&name, &bound); err != nil {
+			return coverage{}, fmt.Errorf("reading the dedup window of %s: %w", t, err)
+		}
+		if name == nil || bound == nil {
+			continue // table without partitions
+		}
+		p := ObservedPartition{Name: *name}
+		if err := parseBound(&p, *bound); err != nil {
+			return coverage{}, fmt.Errorf("reading the dedup window of %s: %w", t, err)
+		}
+		parts = append(parts, p)
+	}
+	if err := rows.Err(); err != nil {
+		return coverage{}, fmt.Errorf("reading the dedup window of %s: %w", t, err)
+	}
+	if !found {
+		return coverage{}, fmt.Errorf("reading the dedup window of %s: %w", t, ErrTableNotFound)
+	}
+	return newCoverage(parts), nil
+}
+
+// isCheckViolation reports SQLSTATE 23514, which an insert gets for a row
+// that no partition accepts ("no partition of relation ... found for row").
+func isCheckViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514"
 }
