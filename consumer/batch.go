@@ -1,0 +1,371 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/idempotency-dev/operator/consumer/envelope"
+)
+
+type itemState uint8
+
+const (
+	stPending   itemState = iota // the handler is to run (or ran, once stHandled)
+	stHandled                    // the handler succeeded
+	stDuplicate                  // the id was processed before
+	stRejected                   // a reason applies; its policy says what happens
+)
+
+// item is one record of a batch and what became of it.
+type item struct {
+	msg      kafka.Message
+	ev       Event
+	decoded  bool
+	trace    TraceContext
+	hasTrace bool
+	state    itemState
+	reason   Reason
+	policy   Policy
+	errText  string
+	attempts int
+}
+
+// infraError marks a failure of the database (or of a dependency the handler
+// declared Unavailable): the batch is rolled back and retried, never
+// dead-lettered.
+type infraError struct{ err error }
+
+func (e *infraError) Error() string { return e.err.Error() }
+func (e *infraError) Unwrap() error { return e.err }
+
+func infra(format string, err error) error {
+	return &infraError{fmt.Errorf(format, err)}
+}
+
+const savepoint = "idempotent_consumer_event"
+
+// process runs one batch to the point where its offset may be committed: the
+// database transaction has committed and every dead letter is acknowledged.
+// It returns the offset to commit (the last record's offset + 1), or
+// errAbandoned, or a fatal error (ErrStopped).
+func (w *worker) process(batch []kafka.Message) (int64, error) {
+	c := w.c
+	items := make([]item, len(batch))
+	for i := range batch {
+		w.decode(&items[i], batch[i])
+		if it := &items[i]; it.state == stRejected && it.policy == PolicyStop {
+			return 0, w.stopError(it)
+		}
+	}
+
+	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	for {
+		start := time.Now()
+		err := w.transact(items)
+		if err == nil {
+			c.metrics.txSeconds.Observe(time.Since(start).Seconds())
+			if d := c.health.ok(compDatabase); d > 0 {
+				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
+			}
+			break
+		}
+		var ie *infraError
+		if !errors.As(err, &ie) {
+			return 0, err // errAbandoned or ErrStopped
+		}
+		c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
+		err = redactErr(err, c.secrets...)
+		if c.health.fail(compDatabase, err) {
+			w.log.Warn("batch transaction failed; pausing and retrying", "err", err, "records", len(items))
+		} else {
+			w.log.Debug("batch transaction failed again", "err", err)
+		}
+		if !w.pause(bo.next()) {
+			return 0, errAbandoned
+		}
+	}
+	next := batch[len(batch)-1].Offset + 1
+	if h := c.hooks.afterDBCommit; h != nil {
+		if err := h(w.partition, next); err != nil {
+			return 0, err
+		}
+	}
+	if err := w.deadLetter(items); err != nil {
+		return 0, err
+	}
+	w.count(items)
+	return next, nil
+}
+
+// pause waits d; false if the generation ended or shutdown timed out first.
+func (w *worker) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.genCtx.Done():
+		return false
+	case <-w.hardCtx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (w *worker) decode(it *item, m kafka.Message) {
+	c := w.c
+	it.msg = m
+	headers := make([]Header, len(m.Headers))
+	eh := make([]envelope.Header, len(m.Headers))
+	for i, h := range m.Headers {
+		headers[i] = Header{Key: h.Key, Value: h.Value}
+		eh[i] = envelope.Header{Key: h.Key, Value: h.Value}
+	}
+	it.ev = Event{Key: m.Key, Headers: headers, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
+	it.trace, it.hasTrace = traceFromHeaders(headers)
+	d, err := envelope.Decode(m.Value, eh, c.cfg.Envelope)
+	if err != nil {
+		var de *envelope.Error
+		if errors.As(err, &de) {
+			it.reason = de.Reason
+		} else {
+			it.reason = ReasonNotJSON
+		}
+		it.errText = err.Error()
+		it.state = stRejected
+		it.policy = c.cfg.Policies[it.reason]
+		return
+	}
+	it.decoded = true
+	it.ev.ID, it.ev.Type, it.ev.OccurredAt, it.ev.Payload = d.ID, d.Type, d.OccurredAt, d.Payload
+}
+
+func (w *worker) stopError(it *item) error {
+	return fmt.Errorf("%w: %s: %s partition %d offset %d: %s", ErrStopped, it.reason, it.msg.Topic, it.msg.Partition, it.msg.Offset, it.errText)
+}
+
+// transact runs one attempt of the batch transaction.
+func (w *worker) transact(items []item) error {
+	c := w.c
+	ctx := w.hardCtx
+	// Reset what a failed attempt may have decided.
+	ids := make([]uuid.UUID, 0, len(items))
+	pos := make([]int, 0, len(items))
+	for i := range items {
+		it := &items[i]
+		if !it.decoded {
+			continue
+		}
+		it.state, it.reason, it.policy, it.errText, it.attempts = stPending, "", "", "", 0
+		it.ev.Deduplicated = true
+		ids = append(ids, it.ev.ID)
+		pos = append(pos, i)
+	}
+
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return infra("beginning transaction: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after Commit
+
+	if len(ids) > 0 && !c.hooks.disableDedup {
+		res, err := w.inserter.Insert(ctx, tx, ids)
+		if err != nil {
+			return infra("recording event ids: %w", err)
+		}
+		for k, i := range pos {
+			it := &items[i]
+			switch {
+			case res.Outside[k]:
+				it.reason = ReasonOutsideWindow
+				it.errText = fmt.Sprintf("event id %s (time %s) is outside the dedup window [%s, %s)",
+					it.ev.ID, envelope.Time(it.ev.ID).Format(time.RFC3339), res.Window.From.Format(time.RFC3339), res.Window.To.Format(time.RFC3339))
+				it.policy = c.cfg.Policies[ReasonOutsideWindow]
+				switch it.policy {
+				case PolicyProcess:
+					it.ev.Deduplicated = false
+				case PolicyStop:
+					return w.stopError(it)
+				default:
+					it.state = stRejected
+				}
+			case !res.Fresh[k]:
+				it.state = stDuplicate
+			}
+		}
+	}
+
+	spOpen := false
+	for i := range items {
+		if items[i].state != stPending {
+			continue
+		}
+		if err := w.handle(ctx, tx, &items[i], &spOpen); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// If the commit did happen after all, the retry finds every id
+		// already recorded and runs no handler: the effect stays single.
+		return infra("committing: %w", err)
+	}
+	return nil
+}
+
+// handle runs the handler for one event under a savepoint, with retries.
+func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, spOpen *bool) error {
+	c := w.c
+	// One round trip: release the previous event's savepoint and open this
+	// one. Releasing keeps the subtransaction nesting flat.
+	stmt := "SAVEPOINT " + savepoint
+	if *spOpen {
+		stmt = "RELEASE SAVEPOINT " + savepoint + "; SAVEPOINT " + savepoint
+	}
+	if _, err := tx.Exec(ctx, stmt); err != nil {
+		return infra("opening savepoint: %w", err)
+	}
+	*spOpen = true
+
+	hctx := ContextWithEvent(ctx, &it.ev)
+	if it.hasTrace {
+		hctx = ContextWithTrace(hctx, it.trace)
+	}
+	bo := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
+	for attempt := 1; ; attempt++ {
+		err := w.call(hctx, tx, &it.ev)
+		if err == nil {
+			it.state = stHandled
+			return nil
+		}
+		c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
+		if IsUnavailable(err) {
+			return &infraError{fmt.Errorf("handler: %w", err)}
+		}
+		if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); rbErr != nil {
+			// The connection or transaction is gone: not the event's fault.
+			return &infraError{fmt.Errorf("handler failed (%v) and rolling back to its savepoint failed: %w", err, rbErr)}
+		}
+		if ctx.Err() != nil {
+			return errAbandoned
+		}
+		it.attempts = attempt
+		it.errText = redactText(err.Error(), c.secrets...)
+		if IsPermanent(err) || attempt >= c.cfg.HandlerMaxAttempts {
+			return w.handlerFailed(ctx, tx, it)
+		}
+		w.log.Debug("handler failed; retrying", "offset", it.ev.Offset, "eventId", it.ev.ID, "attempt", attempt, "err", it.errText)
+		if !w.pause(bo.next()) {
+			return errAbandoned
+		}
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (w *worker) call(ctx context.Context, tx pgx.Tx, ev *Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.Error("handler panicked", "offset", ev.Offset, "eventId", ev.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return w.c.handler(ctx, tx, ev)
+}
+
+// handlerFailed applies the handler_failed policy to an event whose attempts
+// are used up.
+func (w *worker) handlerFailed(ctx context.Context, tx pgx.Tx, it *item) error {
+	it.reason = ReasonHandlerFailed
+	it.policy = w.c.cfg.Policies[ReasonHandlerFailed]
+	if it.policy == PolicyStop {
+		return w.stopError(it)
+	}
+	if it.ev.Deduplicated && !w.c.hooks.disableDedup {
+		// Take the id back out of the dedup table, in this transaction: the
+		// event had no effect, and replaying it from the dead-letter topic
+		// once the cause is fixed must not be skipped as a duplicate.
+		if err := w.c.forget(ctx, tx, it.ev.ID); err != nil {
+			return infra("removing the dedup row of a failed event: %w", err)
+		}
+	}
+	it.state = stRejected
+	return nil
+}
+
+// deadLetter writes the batch's dead letters, retrying until the broker has
+// them all or the generation ends.
+func (w *worker) deadLetter(items []item) error {
+	c := w.c
+	var msgs []kafka.Message
+	now := time.Now()
+	for i := range items {
+		it := &items[i]
+		if it.state == stRejected && it.policy == PolicyDeadLetter {
+			msgs = append(msgs, c.deadLetterMessage(it, now))
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	for {
+		err := c.writeDeadLetters(w.hardCtx, msgs)
+		if err == nil {
+			if d := c.health.ok(compDLQ); d > 0 {
+				w.log.Info("dead-letter topic writable again", "outage", d.Round(time.Millisecond))
+			}
+			return nil
+		}
+		c.metrics.infraErrors.WithLabelValues(compDLQ).Inc()
+		err = redactErr(err, c.secrets...)
+		if c.health.fail(compDLQ, err) {
+			w.log.Warn("writing to the dead-letter topic failed; retrying, offset held", "err", err, "topic", c.cfg.DeadLetterTopic)
+		}
+		if !w.pause(bo.next()) {
+			return errAbandoned
+		}
+	}
+}
+
+// count updates metrics and logs the batch's outcome, once it is final.
+func (w *worker) count(items []item) {
+	c := w.c
+	t := c.cfg.Topic
+	var handled, dups int
+	for i := range items {
+		it := &items[i]
+		if it.reason == ReasonOutsideWindow {
+			c.metrics.outsideWindow.WithLabelValues(t).Inc()
+		}
+		switch it.state {
+		case stHandled:
+			handled++
+		case stDuplicate:
+			dups++
+		case stRejected:
+			attrs := []any{"offset", it.msg.Offset, "reason", it.reason, "policy", it.policy, "err", it.errText}
+			if it.decoded {
+				attrs = append(attrs, "eventId", it.ev.ID)
+			}
+			switch it.policy {
+			case PolicyDeadLetter:
+				c.metrics.deadLettered.WithLabelValues(t, string(it.reason)).Inc()
+				w.log.Warn("event dead-lettered", attrs...)
+			case PolicySkip:
+				c.metrics.skipped.WithLabelValues(t, string(it.reason)).Inc()
+				w.log.Warn("event skipped by policy", attrs...)
+			}
+		}
+	}
+	c.metrics.processed.WithLabelValues(t).Add(float64(handled))
+	c.metrics.duplicates.WithLabelValues(t).Add(float64(dups))
+	c.metrics.batchSize.Observe(float64(len(items)))
+	c.metrics.batches.WithLabelValues(t).Inc()
+	w.log.Debug("batch committed", "records", len(items), "handled", handled, "duplicates", dups,
+		"first", items[0].msg.Offset, "last", items[len(items)-1].msg.Offset)
+}

@@ -1,0 +1,343 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/idempotency-dev/operator/consumer/dedup"
+)
+
+// Consumer consumes one topic in one consumer group with an exactly-once
+// effect: see the package documentation.
+type Consumer struct {
+	cfg      Config
+	handler  Handler
+	log      *slog.Logger
+	metrics  *metrics
+	gatherer prometheus.Gatherer
+	health   *health
+	kafka    *kafkaClients
+	secrets  []string
+	hooks    hooks
+	inserter *dedup.Inserter
+
+	mu      sync.Mutex
+	pool    *pgxpool.Pool
+	dlq     *kafka.Writer
+	running bool
+}
+
+// hooks are test seams; all nil in production.
+type hooks struct {
+	// afterDBCommit runs after a batch's transaction committed and before its
+	// dead letters and offset commit. An error stops Run as a crash would:
+	// nothing more is committed.
+	afterDBCommit func(partition int, next int64) error
+	// disableDedup skips the dedup insert (benchmark baseline only).
+	disableDedup bool
+}
+
+// New validates cfg and returns a Consumer. It does not connect to anything.
+func New(cfg Config, h Handler) (*Consumer, error) {
+	if h == nil {
+		return nil, cfgErr("Handler", "must not be nil")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	c := &Consumer{cfg: cfg, handler: h}
+	if p := dsnPassword(cfg.DatabaseURL); p != "" {
+		c.secrets = append(c.secrets, p)
+	}
+	if cfg.SASL.Password != "" {
+		c.secrets = append(c.secrets, cfg.SASL.Password)
+	}
+	c.log = slog.New(RedactingHandler(cfg.Logger.Handler(), c.secrets...)).With(
+		"topic", cfg.Topic, "group", cfg.Group)
+
+	reg := cfg.Registerer
+	c.gatherer = cfg.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, c.gatherer = r, r
+	} else if c.gatherer == nil {
+		if g, ok := reg.(prometheus.Gatherer); ok {
+			c.gatherer = g
+		} else {
+			c.gatherer = prometheus.DefaultGatherer
+		}
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	c.metrics = m
+	c.health = newHealth(func(ready bool) {
+		if ready {
+			m.ready.Set(1)
+		} else {
+			m.ready.Set(0)
+		}
+	})
+	c.kafka, err = newKafkaClients(cfg)
+	if err != nil {
+		return nil, cfgErr("SASL", "%v", err)
+	}
+	c.inserter, err = dedup.NewInserter(cfg.Table, cfg.Group)
+	if err != nil {
+		return nil, cfgErr("Table", "%v", err)
+	}
+	return c, nil
+}
+
+// Run validates cfg, then consumes until ctx is done or an event's reason has
+// PolicyStop. See Consumer.Run.
+func Run(ctx context.Context, cfg Config, h Handler) error {
+	c, err := New(cfg, h)
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+// Run consumes until ctx is done, then shuts down gracefully: batches in
+// flight finish and commit (for at most ShutdownTimeout), and the member
+// leaves the group so its partitions move at once. It returns nil after a
+// graceful shutdown, and an error wrapping ErrStopped when an event's reason
+// has PolicyStop. Database and broker outages never make it return: it pauses,
+// reports not ready and retries.
+//
+// A Consumer runs once.
+func (c *Consumer) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.running {
+		c.mu.Unlock()
+		return errors.New("consumer: Run called twice")
+	}
+	c.running = true
+	c.mu.Unlock()
+
+	// runCtx ends on shutdown or on a fatal error; hardCtx, which database
+	// and handler calls use, ends only when the shutdown grace period is over.
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	hardCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardStop()
+	go func() {
+		select {
+		case <-runCtx.Done():
+		case <-hardCtx.Done():
+			return
+		}
+		c.health.setStopping(true)
+		t := time.NewTimer(c.cfg.ShutdownTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			c.log.Warn("shutdown timeout: abandoning batches in flight", "timeout", c.cfg.ShutdownTimeout)
+			hardStop()
+		case <-hardCtx.Done():
+		}
+	}()
+
+	c.health.setRunning(true)
+	defer c.health.setRunning(false)
+	c.log.Info("consumer starting", "config", c.cfg)
+
+	if err := c.open(hardCtx); err != nil {
+		return err
+	}
+	defer c.close()
+
+	if !c.setup(runCtx) {
+		return c.result(runCtx)
+	}
+
+	startOffset := kafka.FirstOffset
+	if c.cfg.StartOffset == StartLatest {
+		startOffset = kafka.LastOffset
+	}
+	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                c.cfg.Group,
+		Brokers:           c.cfg.Brokers,
+		Dialer:            c.kafka.dialer,
+		Topics:            []string{c.cfg.Topic},
+		HeartbeatInterval: c.cfg.HeartbeatInterval,
+		SessionTimeout:    c.cfg.SessionTimeout,
+		RebalanceTimeout:  c.cfg.RebalanceTimeout,
+		JoinGroupBackoff:  time.Second,
+		StartOffset:       startOffset,
+		// Kafka watches partition counts for us only if asked.
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: 30 * time.Second,
+		Timeout:                10 * time.Second,
+		Logger:                 kafkaLogger{c.log, slog.LevelDebug - 4},
+		ErrorLogger:            kafkaLogger{c.log, slog.LevelDebug},
+	})
+	if err != nil {
+		return fmt.Errorf("creating consumer group: %w", err)
+	}
+	// Closing the group ends the current generation, waits for the partition
+	// workers (they finish and commit their batch) and leaves the group.
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		<-runCtx.Done()
+		c.log.Info("leaving consumer group")
+		_ = group.Close()
+	}()
+
+	var groupErrAt time.Time
+	for {
+		gen, err := group.Next(runCtx)
+		if err != nil {
+			if errors.Is(err, kafka.ErrGroupClosed) || runCtx.Err() != nil {
+				break
+			}
+			c.health.setJoined(false)
+			c.metrics.infraErrors.WithLabelValues(compGroup).Inc()
+			err = redactErr(err, c.secrets...)
+			if c.health.fail(compGroup, err) || time.Since(groupErrAt) > 30*time.Second {
+				c.log.Warn("joining the consumer group failed; retrying", "err", err)
+				groupErrAt = time.Now()
+			}
+			continue
+		}
+		if d := c.health.ok(compGroup); d > 0 {
+			c.log.Info("consumer group reachable again", "outage", d.Round(time.Millisecond))
+		}
+		c.health.setJoined(true)
+		c.metrics.rebalances.Inc()
+		assigned := gen.Assignments[c.cfg.Topic]
+		c.metrics.assigned.Set(float64(len(assigned)))
+		parts := make([]int, len(assigned))
+		for i, a := range assigned {
+			parts[i] = a.ID
+		}
+		c.log.Info("joined generation", "generation", gen.ID, "member", gen.MemberID, "partitions", parts)
+		for _, a := range assigned {
+			w := &worker{c: c, gen: gen, partition: a.ID, offset: a.Offset, hardCtx: hardCtx, fatal: stopRun}
+			gen.Start(w.run)
+		}
+	}
+	<-closed
+	c.health.setJoined(false)
+	c.log.Info("consumer stopped")
+	return c.result(runCtx)
+}
+
+// result is Run's return value once runCtx is done.
+func (c *Consumer) result(runCtx context.Context) error {
+	cause := context.Cause(runCtx)
+	if cause == nil || errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
+		return nil
+	}
+	return cause
+}
+
+// open creates the pool and the dead-letter writer.
+func (c *Consumer) open(ctx context.Context) error {
+	pool := c.cfg.Pool
+	if pool == nil {
+		pcfg, err := pgxpool.ParseConfig(c.cfg.DatabaseURL)
+		if err != nil {
+			return cfgErr("DatabaseURL", "cannot be parsed (%s)", redactText(err.Error(), c.secrets...))
+		}
+		pcfg.MaxConns = c.cfg.DatabaseMaxConns
+		pcfg.HealthCheckPeriod = 10 * time.Second
+		if pcfg.ConnConfig.ConnectTimeout == 0 {
+			pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
+		}
+		if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
+			pcfg.ConnConfig.RuntimeParams["application_name"] = c.cfg.ClientID
+		}
+		pool, err = pgxpool.NewWithConfig(ctx, pcfg)
+		if err != nil {
+			return fmt.Errorf("opening database pool: %w", redactErr(err, c.secrets...))
+		}
+	}
+	c.mu.Lock()
+	c.pool = pool
+	c.dlq = newDeadLetterWriter(c.cfg, c.kafka)
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Consumer) close() {
+	c.mu.Lock()
+	pool, dlq := c.pool, c.dlq
+	c.pool = nil
+	c.mu.Unlock()
+	if dlq != nil {
+		_ = dlq.Close()
+	}
+	if pool != nil && c.cfg.Pool == nil {
+		pool.Close()
+	}
+}
+
+// setup waits until the database answers, the dedup table exists and both
+// topics exist, reporting not ready meanwhile. It returns false if ctx ended.
+func (c *Consumer) setup(ctx context.Context) bool {
+	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	var lastLogged string
+	for {
+		err := c.checkDatabase(ctx)
+		if err == nil {
+			err = c.checkTopics(ctx, c.cfg.Topic, c.cfg.DeadLetterTopic)
+		}
+		if err == nil {
+			c.health.ok(compSetup)
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		err = redactErr(err, c.secrets...)
+		c.health.fail(compSetup, err)
+		if err.Error() != lastLogged {
+			c.log.Warn("waiting for dependencies", "err", err)
+			lastLogged = err.Error()
+		}
+		if !sleep(ctx, bo.next()) {
+			return false
+		}
+	}
+}
+
+func (c *Consumer) checkDatabase(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var exists bool
+	name := c.cfg.Table.Schema + "." + c.cfg.Table.Name
+	// to_regclass wants a quoted name; the identifiers are validated
+	// lower-case [a-z0-9_], which need no quotes.
+	if err := c.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	if !exists {
+		return fmt.Errorf("dedup table %s does not exist (the operator, or dedup.Engine.EnsureTable, creates it)", name)
+	}
+	return nil
+}
+
+// sleep waits d or until ctx is done; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,113 @@
+package consumer
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// MetricsNamespace prefixes every metric name.
+const MetricsNamespace = "idempotent_consumer"
+
+type metrics struct {
+	processed     *prometheus.CounterVec // topic
+	duplicates    *prometheus.CounterVec // topic
+	deadLettered  *prometheus.CounterVec // topic, reason
+	skipped       *prometheus.CounterVec // topic, reason
+	outsideWindow *prometheus.CounterVec // topic
+	handlerErrors *prometheus.CounterVec // topic
+	infraErrors   *prometheus.CounterVec // component
+	batchSize     prometheus.Histogram   //
+	txSeconds     prometheus.Histogram   //
+	commitSeconds prometheus.Histogram   //
+	lag           *prometheus.GaugeVec   // topic, partition
+	committed     *prometheus.GaugeVec   // topic, partition
+	assigned      prometheus.Gauge       //
+	ready         prometheus.Gauge       //
+	rebalances    prometheus.Counter     //
+	batches       *prometheus.CounterVec // topic
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		processed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "events_processed_total",
+			Help: "Events whose handler succeeded and whose transaction committed.",
+		}, []string{"topic"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "duplicates_skipped_total",
+			Help: "Events skipped because their id was already in the dedup table (or earlier in the same batch).",
+		}, []string{"topic"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "dead_lettered_total",
+			Help: "Events written to the dead-letter topic, by reason.",
+		}, []string{"topic", "reason"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "skipped_total",
+			Help: "Events passed over under the Skip policy, by reason.",
+		}, []string{"topic", "reason"}),
+		outsideWindow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "out_of_window_total",
+			Help: "Events whose id has no partition in the dedup table, whatever their policy.",
+		}, []string{"topic"}),
+		handlerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "handler_errors_total",
+			Help: "Failed handler attempts (each retry counts).",
+		}, []string{"topic"}),
+		infraErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "infrastructure_errors_total",
+			Help: "Database or broker failures that paused processing, by component.",
+		}, []string{"component"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: MetricsNamespace, Name: "batch_size",
+			Help:    "Records per processed batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 15),
+		}),
+		txSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: MetricsNamespace, Name: "transaction_duration_seconds",
+			Help:    "Duration of one batch transaction, begin to commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: MetricsNamespace, Name: "offset_commit_duration_seconds",
+			Help:    "Duration of one Kafka offset commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: MetricsNamespace, Name: "consumer_lag",
+			Help: "Records between the last committed offset and the partition's high watermark, per assigned partition.",
+		}, []string{"topic", "partition"}),
+		committed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: MetricsNamespace, Name: "committed_offset",
+			Help: "Last offset committed by this process, per assigned partition.",
+		}, []string{"topic", "partition"}),
+		assigned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: MetricsNamespace, Name: "assigned_partitions",
+			Help: "Partitions assigned to this process in the current generation.",
+		}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: MetricsNamespace, Name: "ready",
+			Help: "1 when the consumer is in a group generation and its last database and broker operations succeeded.",
+		}),
+		rebalances: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "generations_total",
+			Help: "Consumer group generations joined.",
+		}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "batches_total",
+			Help: "Batches committed.",
+		}, []string{"topic"}),
+	}
+	for _, c := range []prometheus.Collector{
+		m.processed, m.duplicates, m.deadLettered, m.skipped, m.outsideWindow, m.handlerErrors,
+		m.infraErrors, m.batchSize, m.txSeconds, m.commitSeconds, m.lag, m.committed, m.assigned,
+		m.ready, m.rebalances, m.batches,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func partLabel(p int) string { return strconv.Itoa(p) }

@@ -1,0 +1,172 @@
+package consumer
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+const redacted = "xxxxx"
+
+// kvPassword matches password=... in a key=value DSN, quoted or not.
+var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)`)
+
+// RedactDSN returns a PostgreSQL connection string (URL or key=value form)
+// with its password replaced, fit for logs and error messages.
+func RedactDSN(dsn string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			// An unparsable URL may still hold a password: keep only the scheme.
+			return strings.SplitN(dsn, "://", 2)[0] + "://" + redacted
+		}
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), redacted)
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", redacted)
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	return kvPassword.ReplaceAllString(dsn, "${1}"+redacted)
+}
+
+// dsnPassword extracts the password of a connection string, if any.
+func dsnPassword(dsn string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return ""
+		}
+		if p, ok := u.User.Password(); ok {
+			return p
+		}
+		return u.Query().Get("password")
+	}
+	m := kvPassword.FindStringSubmatch(dsn)
+	if m == nil {
+		return ""
+	}
+	return strings.Trim(m[2], "'")
+}
+
+// redactText replaces every occurrence of each secret (and its URL-escaped
+// form) in s.
+func redactText(s string, secrets ...string) string {
+	for _, sec := range secrets {
+		if len(sec) < 3 { // too short to replace without mangling the text
+			continue
+		}
+		s = strings.ReplaceAll(s, sec, redacted)
+		if esc := url.QueryEscape(sec); esc != sec {
+			s = strings.ReplaceAll(s, esc, redacted)
+		}
+		if esc := url.PathEscape(sec); esc != sec {
+			s = strings.ReplaceAll(s, esc, redacted)
+		}
+	}
+	return s
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// RedactingHandler wraps a slog.Handler and replaces the given secrets in
+// every message and string or error attribute, as a last line of defence:
+// the runtime never logs a secret on purpose, but an error from a driver
+// might quote one.
+func RedactingHandler(h slog.Handler, secrets ...string) slog.Handler {
+	var keep []string
+	for _, s := range secrets {
+		if len(s) >= 3 {
+			keep = append(keep, s)
+		}
+	}
+	if len(keep) == 0 {
+		return h
+	}
+	return &redactingHandler{next: h, secrets: keep}
+}
+
+type redactingHandler struct {
+	next    slog.Handler
+	secrets []string
+}
+
+func (h *redactingHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.next.Enabled(ctx, l)
+}
+
+func (h *redactingHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, redactText(r.Message, h.secrets...), r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(h.attr(a))
+		return true
+	})
+	return h.next.Handle(ctx, out)
+}
+
+func (h *redactingHandler) attr(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, redactText(v.String(), h.secrets...))
+	case slog.KindGroup:
+		attrs := v.Group()
+		out := make([]slog.Attr, len(attrs))
+		for i, g := range attrs {
+			out[i] = h.attr(g)
+		}
+		return slog.Attr{Key: a.Key, Value: slog.GroupValue(out...)}
+	case slog.KindAny:
+		if err, ok := v.Any().(error); ok {
+			return slog.String(a.Key, redactText(err.Error(), h.secrets...))
+		}
+		if s, ok := v.Any().(interface{ String() string }); ok {
+			return slog.String(a.Key, redactText(s.String(), h.secrets...))
+		}
+	}
+	return slog.Attr{Key: a.Key, Value: v}
+}
+
+func (h *redactingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	out := make([]slog.Attr, len(attrs))
+	for i, a := range attrs {
+		out[i] = h.attr(a)
+	}
+	return &redactingHandler{next: h.next.WithAttrs(out), secrets: h.secrets}
+}
+
+func (h *redactingHandler) WithGroup(name string) slog.Handler {
+	return &redactingHandler{next: h.next.WithGroup(name), secrets: h.secrets}
+}
+
+// redactErr returns err unchanged unless its text holds a secret; then an
+// error with the secret replaced, which still unwraps to err.
+func redactErr(err error, secrets ...string) error {
+	if err == nil {
+		return nil
+	}
+	s := err.Error()
+	r := redactText(s, secrets...)
+	if r == s {
+		return err
+	}
+	return &redactedError{text: r, err: err}
+}
+
+type redactedError struct {
+	text string
+	err  error
+}
+
+func (e *redactedError) Error() string { return e.text }
+func (e *redactedError) Unwrap() error { return e.err }

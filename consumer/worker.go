@@ -1,0 +1,159 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/idempotency-dev/operator/consumer/dedup"
+)
+
+// worker consumes one Kafka partition for one group generation. kafka-go runs
+// it through Generation.Start: its context ends when the generation does (a
+// rebalance, a lost coordinator, or Close at shutdown).
+type worker struct {
+	c         *Consumer
+	gen       *kafka.Generation
+	partition int
+	offset    int64
+	hardCtx   context.Context         // ends only when the shutdown grace period is over
+	fatal     context.CancelCauseFunc // stops Run with an error
+	genCtx    context.Context
+	log       *slog.Logger
+	inserter  *dedup.Inserter
+	reader    *kafka.Reader
+}
+
+// errAbandoned means a batch was given up uncommitted because the generation
+// ended (or shutdown ran out of time) while it was waiting: the partition's
+// next owner gets its events again, and the dedup rows absorb what this
+// worker already committed to the database.
+var errAbandoned = errors.New("batch abandoned")
+
+func (w *worker) run(genCtx context.Context) {
+	c := w.c
+	w.genCtx = genCtx
+	w.log = c.log.With("partition", w.partition, "generation", w.gen.ID)
+	w.inserter = c.inserter
+	w.reader = kafka.NewReader(kafka.ReaderConfig{
+		Brokers:        c.cfg.Brokers,
+		Topic:          c.cfg.Topic,
+		Partition:      w.partition,
+		Dialer:         c.kafka.dialer,
+		QueueCapacity:  min(max(c.cfg.BatchSize, 100), 1000),
+		MinBytes:       1,
+		MaxBytes:       max(c.cfg.Envelope.MaxBytes, 1<<20) + 64<<10,
+		MaxWait:        500 * time.Millisecond,
+		ReadBackoffMin: 50 * time.Millisecond,
+		ReadBackoffMax: time.Second,
+		MaxAttempts:    3,
+		Logger:         kafkaLogger{c.log, slog.LevelDebug - 4},
+		ErrorLogger:    kafkaLogger{c.log, slog.LevelDebug},
+	})
+	defer w.reader.Close()
+	if err := w.reader.SetOffset(w.offset); err != nil {
+		w.log.Error("setting the start offset", "offset", w.offset, "err", err)
+		return
+	}
+	pl := partLabel(w.partition)
+	defer c.metrics.lag.DeleteLabelValues(c.cfg.Topic, pl)
+	defer c.metrics.committed.DeleteLabelValues(c.cfg.Topic, pl)
+	w.log.Debug("partition assigned", "offset", w.offset)
+
+	fetchBackoff := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	for {
+		batch, err := w.collect()
+		if len(batch) == 0 {
+			if genCtx.Err() != nil || w.hardCtx.Err() != nil {
+				return
+			}
+			if err != nil {
+				c.metrics.infraErrors.WithLabelValues(compKafka).Inc()
+				err = redactErr(err, c.secrets...)
+				if c.health.fail(compKafka, err) {
+					w.log.Warn("fetching from the broker failed; retrying", "err", err)
+				}
+				if !sleep(genCtx, fetchBackoff.next()) {
+					return
+				}
+			}
+			continue
+		}
+		fetchBackoff.reset()
+		c.health.ok(compKafka)
+		next, err := w.process(batch)
+		if err != nil {
+			if !errors.Is(err, errAbandoned) {
+				w.fatal(err)
+			}
+			return
+		}
+		if !w.commit(next, batch[len(batch)-1].HighWaterMark) {
+			return
+		}
+	}
+}
+
+// collect fetches up to BatchSize records: it waits for the first without a
+// limit, then at most BatchWait for the rest.
+func (w *worker) collect() ([]kafka.Message, error) {
+	first, err := w.reader.FetchMessage(w.genCtx)
+	if err != nil {
+		return nil, err
+	}
+	batch := make([]kafka.Message, 1, min(w.c.cfg.BatchSize, 1024))
+	batch[0] = first
+	if w.c.cfg.BatchSize == 1 {
+		return batch, nil
+	}
+	ctx, cancel := context.WithTimeout(w.genCtx, w.c.cfg.BatchWait)
+	defer cancel()
+	for len(batch) < w.c.cfg.BatchSize {
+		m, err := w.reader.FetchMessage(ctx)
+		if err != nil {
+			break // the wait is over, or the generation ended: process what we have
+		}
+		batch = append(batch, m)
+	}
+	return batch, nil
+}
+
+// commit commits the offset after the batch, retrying while the generation
+// lasts. It reports false when the worker should stop.
+func (w *worker) commit(next, highWater int64) bool {
+	c := w.c
+	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	for {
+		start := time.Now()
+		err := w.gen.CommitOffsets(map[string]map[int]int64{c.cfg.Topic: {w.partition: next}})
+		if err == nil {
+			c.metrics.commitSeconds.Observe(time.Since(start).Seconds())
+			pl := partLabel(w.partition)
+			c.metrics.committed.WithLabelValues(c.cfg.Topic, pl).Set(float64(next))
+			if highWater >= next {
+				c.metrics.lag.WithLabelValues(c.cfg.Topic, pl).Set(float64(highWater - next))
+			}
+			if d := c.health.ok(compKafka); d > 0 {
+				w.log.Info("broker reachable again", "outage", d.Round(time.Millisecond))
+			}
+			return w.genCtx.Err() == nil
+		}
+		if w.genCtx.Err() != nil || w.hardCtx.Err() != nil {
+			// The partition may already belong to another member; it will
+			// start from the last committed offset and the dedup table
+			// absorbs the replay.
+			w.log.Info("offset not committed: generation ended", "offset", next, "err", err)
+			return false
+		}
+		c.metrics.infraErrors.WithLabelValues(compKafka).Inc()
+		if c.health.fail(compKafka, err) {
+			w.log.Warn("committing the offset failed; retrying", "offset", next, "err", err)
+		}
+		if !sleep(w.genCtx, bo.next()) {
+			return false
+		}
+	}
+}
