@@ -65,7 +65,7 @@ func TestIntervalFloorNextPrev(t *testing.T) {
 		{Hourly, utc(2024, 2, 29, 0, 0), utc(2024, 2, 29, 0, 0), utc(2024, 2, 29, 1, 0)},
 		{Daily, utc(2024, 2, 28, 13, 0), utc(2024, 2, 28, 0, 0), utc(2024, 2, 29, 0, 0)}, // leap year
 		{Daily, utc(2023, 2, 28, 13, 0), utc(2023, 2, 28, 0, 0), utc(2023, 3, 1, 0, 0)},
-		{Daily, utc(2100, 2, 28, 1, 0), utc(2100, 2, 28, 0, 0), utc(2100, 3, 1, 0, 0)}, // not a leap year
+		{Daily, utc(2100, 2, 28, 1, 0), utc(2100, 2, 28, 0, 0), utc(2100, 3, 1, 0, 0)},  // not a leap year
 		{Daily, utc(2000, 2, 28, 1, 0), utc(2000, 2, 28, 0, 0), utc(2000, 2, 29, 0, 0)}, // leap year
 		{Daily, utc(2023, 12, 31, 23, 59), utc(2023, 12, 31, 0, 0), utc(2024, 1, 1, 0, 0)},
 		{Weekly, utc(2024, 1, 1, 0, 0), utc(2024, 1, 1, 0, 0), utc(2024, 1, 8, 0, 0)},      // a Monday
