@@ -47,7 +47,7 @@ const (
 
 // OutOfWindowPolicy says what the consumer does with an event whose id falls
 // outside the table's partitions, so it cannot be deduplicated.
-// +kubebuilder:validation:Enum=DeadLetter;Skip;Process
+// +kubebuilder:validation:Enum=DeadLetter;Skip;Stop;Process
 type OutOfWindowPolicy string
 
 const (
@@ -55,6 +55,9 @@ const (
 	OutOfWindowDeadLetter OutOfWindowPolicy = "DeadLetter"
 	// OutOfWindowSkip drops the event (counted in the consumer's metrics).
 	OutOfWindowSkip OutOfWindowPolicy = "Skip"
+	// OutOfWindowStop stops the consumer on the event: its offset does not
+	// move until the window is fixed or the policy changed.
+	OutOfWindowStop OutOfWindowPolicy = "Stop"
 	// OutOfWindowProcess processes the event without deduplication.
 	OutOfWindowProcess OutOfWindowPolicy = "Process"
 )
@@ -71,7 +74,7 @@ const (
 )
 
 // SinkType selects what the ready-made consumer does with each new event.
-// +kubebuilder:validation:Enum=HTTP;SQL;None
+// +kubebuilder:validation:Enum=HTTP;SQL;Log;None
 type SinkType string
 
 const (
@@ -79,6 +82,8 @@ const (
 	SinkHTTP SinkType = "HTTP"
 	// SinkSQL runs a statement per event in the dedup transaction.
 	SinkSQL SinkType = "SQL"
+	// SinkLog logs each new event (for trying things out).
+	SinkLog SinkType = "Log"
 	// SinkNone configures no sink: for a custom image that brings its own handler.
 	SinkNone SinkType = "None"
 )
@@ -246,25 +251,26 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="schema is immutable: create a new object to move the table"
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('pg_') && self != 'information_schema'",message="schema must not be a system schema (pg_*, information_schema)"
-	// +kubebuilder:validation:XValidation:rule="!(self in ['all','analyse','analyze','and','any','array','as','asc','asymmetric','both','case','cast','check','collate','column','constraint','create','current_catalog','current_date','current_role','current_time','current_timestamp','current_user','default','deferrable','desc','distinct','do','else','end','except','false','fetch','for','foreign','from','grant','group','having','in','initially','intersect','into','lateral','leading','limit','localtime','localtimestamp','not','null','offset','on','only','or','order','placing','primary','references','returning','select','session_user','some','symmetric','system_user','table','then','to','trailing','true','union','unique','user','using','variadic','when','where','window','with'])",message="schema must not be a PostgreSQL reserved word"
+	// +kubebuilder:validation:XValidation:rule="!(self in ['all','analyse','analyze','and','any','array','as','asc','asymmetric','authorization','binary','both','case','cast','check','collate','collation','column','concurrently','constraint','create','cross','current_catalog','current_date','current_role','current_schema','current_time','current_timestamp','current_user','default','deferrable','desc','distinct','do','else','end','except','false','fetch','for','foreign','freeze','from','full','grant','group','having','ilike','in','initially','inner','intersect','into','is','isnull','join','lateral','leading','left','like','limit','localtime','localtimestamp','natural','not','notnull','null','offset','on','only','or','order','outer','overlaps','placing','primary','references','returning','right','select','session_user','similar','some','symmetric','system_user','table','tablesample','then','to','trailing','true','union','unique','user','using','variadic','verbose','when','where','window','with'])",message="schema must not be a PostgreSQL reserved word"
 	Schema string `json:"schema,omitempty"`
 
 	// table is the name of the partitioned processed_event table. Its
-	// partitions are named after it with a time suffix, so it is at most 48
+	// partitions are named after it with a time suffix, so it is at most 51
 	// bytes. Immutable.
 	// +optional
 	// +kubebuilder:default=processed_event
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=48
+	// +kubebuilder:validation:MaxLength=51
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="table is immutable: create a new object for a new table"
-	// +kubebuilder:validation:XValidation:rule="!(self in ['all','analyse','analyze','and','any','array','as','asc','asymmetric','both','case','cast','check','collate','column','constraint','create','current_catalog','current_date','current_role','current_time','current_timestamp','current_user','default','deferrable','desc','distinct','do','else','end','except','false','fetch','for','foreign','from','grant','group','having','in','initially','intersect','into','lateral','leading','limit','localtime','localtimestamp','not','null','offset','on','only','or','order','placing','primary','references','returning','select','session_user','some','symmetric','system_user','table','then','to','trailing','true','union','unique','user','using','variadic','when','where','window','with'])",message="table must not be a PostgreSQL reserved word"
+	// +kubebuilder:validation:XValidation:rule="!(self in ['all','analyse','analyze','and','any','array','as','asc','asymmetric','authorization','binary','both','case','cast','check','collate','collation','column','concurrently','constraint','create','cross','current_catalog','current_date','current_role','current_schema','current_time','current_timestamp','current_user','default','deferrable','desc','distinct','do','else','end','except','false','fetch','for','foreign','freeze','from','full','grant','group','having','ilike','in','initially','inner','intersect','into','is','isnull','join','lateral','leading','left','like','limit','localtime','localtimestamp','natural','not','notnull','null','offset','on','only','or','order','outer','overlaps','placing','primary','references','returning','right','select','session_user','similar','some','symmetric','system_user','table','tablesample','then','to','trailing','true','union','unique','user','using','variadic','verbose','when','where','window','with'])",message="table must not be a PostgreSQL reserved word"
 	Table string `json:"table,omitempty"`
 }
 
 // DedupSpec is the deduplication and partitioning policy.
 // +kubebuilder:validation:XValidation:rule="!has(self.retention) || !has(self.interval) || duration(self.retention) >= (self.interval == 'Hourly' ? duration('1h') : self.interval == 'Daily' ? duration('24h') : self.interval == 'Weekly' ? duration('168h') : duration('744h'))",message="retention must be at least one partition interval (Hourly 1h, Daily 24h, Weekly 168h, Monthly 744h)"
-// +kubebuilder:validation:XValidation:rule="!has(self.retention) || !has(self.interval) || self.interval != 'Hourly' || duration(self.retention) <= duration('2232h')",message="with Hourly partitions retention must be at most 2232h (93 days), or the table gets too many partitions; use Daily"
+// +kubebuilder:validation:XValidation:rule="!has(self.retention) || !has(self.interval) || self.interval != 'Hourly' || duration(self.retention) <= duration('1920h')",message="with Hourly partitions retention must be at most 1920h (80 days), or the table gets too many partitions; use Daily"
+// +kubebuilder:validation:XValidation:rule="!has(self.retention) || !has(self.interval) || self.interval != 'Daily' || duration(self.retention) <= duration('46080h')",message="with Daily partitions retention must be at most 46080h (1920 days), or the table gets too many partitions; use Weekly"
 type DedupSpec struct {
 	// scope of the dedup key: ConsumerGroup (the default) keys by event id and
 	// consumer group, so each group processes an event once; Global keys by
@@ -305,8 +311,8 @@ type DedupSpec struct {
 
 	// outOfWindowPolicy says what the consumer does with an event whose id is
 	// older than the oldest partition or newer than the newest, so it cannot
-	// be deduplicated: DeadLetter (the default), Skip, or Process (without
-	// deduplication).
+	// be deduplicated: DeadLetter (the default), Skip, Stop (halt on it), or
+	// Process (without deduplication).
 	// +optional
 	// +kubebuilder:default=DeadLetter
 	OutOfWindowPolicy OutOfWindowPolicy `json:"outOfWindowPolicy,omitempty"`
@@ -367,7 +373,8 @@ type ConsumerSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.type == 'HTTP' ? has(self.http) : !has(self.http)",message="http must be set if and only if type is HTTP"
 // +kubebuilder:validation:XValidation:rule="self.type == 'SQL' ? has(self.sql) : !has(self.sql)",message="sql must be set if and only if type is SQL"
 type SinkSpec struct {
-	// type of sink: HTTP, SQL, or None (for a custom image with its own handler).
+	// type of sink: HTTP, SQL, Log, or None (for a custom image with its own
+	// handler).
 	// +required
 	Type SinkType `json:"type"`
 
@@ -404,10 +411,10 @@ type HTTPSinkSpec struct {
 // SQLSinkSpec configures the SQL sink. The statement runs in the same
 // transaction as the dedup insert, against the database of spec.database.
 type SQLSinkSpec struct {
-	// statement run once per new event, with parameters $1 event id (uuid),
-	// $2 payload (bytea), $3 key (bytea), $4 topic (text), $5 partition (int),
-	// $6 offset (bigint). Example: INSERT INTO ledger_entry (event_id, body)
-	// VALUES ($1, convert_from($2, 'UTF8')::jsonb).
+	// statement run once per new event, in the same transaction as the dedup
+	// insert, so the business write and the dedup record commit together. The
+	// parameters it receives (the event id, payload and Kafka coordinates) are
+	// documented with the consumer in docs/consumer.md.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=8192

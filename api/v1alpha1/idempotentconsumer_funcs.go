@@ -1,0 +1,235 @@
+/*
+Copyright 2026 The idempotency-dev authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types.
+const (
+	// ConditionReady summarises the others: True when the database, the
+	// partitions and the consumer are all ready for the current generation.
+	ConditionReady = "Ready"
+	// ConditionDatabaseReady: the Secret was read, the database reached, and
+	// the table exists and carries this object's ownership marker.
+	ConditionDatabaseReady = "DatabaseReady"
+	// ConditionPartitionsReady: partitions cover the retention window and the
+	// premade intervals ahead.
+	ConditionPartitionsReady = "PartitionsReady"
+	// ConditionConsumerReady: the consumer Deployment is rolled out and available.
+	ConditionConsumerReady = "ConsumerReady"
+	// ConditionReconciling (kstatus, abnormal-true): the operator is still
+	// working towards the spec, or retrying a failure that retrying can fix.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled (kstatus, abnormal-true): the operator cannot make
+	// progress without a change to the object, its Secret or the database.
+	ConditionStalled = "Stalled"
+)
+
+// Condition reasons. Each failure has its own, so alerts and kubectl output
+// can tell them apart.
+const (
+	ReasonReady     = "Ready"
+	ReasonSuspended = "Suspended"
+	ReasonDeleting  = "Deleting"
+
+	// DatabaseReady.
+	ReasonDatabaseReady        = "TableReady"
+	ReasonSecretNotFound       = "SecretNotFound"
+	ReasonSecretKeyMissing     = "SecretKeyMissing"
+	ReasonInvalidURL           = "InvalidDatabaseURL"
+	ReasonDatabaseUnreachable  = "DatabaseUnreachable"
+	ReasonAuthenticationFailed = "AuthenticationFailed"
+	ReasonDatabaseNotFound     = "DatabaseNotFound"
+	ReasonPermissionDenied     = "PermissionDenied"
+	ReasonTableNotOwned        = "TableNotOwned"
+	ReasonTableClaimed         = "TableClaimedByAnotherObject"
+	ReasonInvalidSpec          = "InvalidSpec"
+	ReasonTableLayoutMismatch  = "TableLayoutMismatch"
+	ReasonLockNotAvailable     = "LockNotAvailable"
+	ReasonDatabaseError        = "DatabaseError"
+
+	// PartitionsReady.
+	ReasonPartitionsReady    = "PartitionsReady"
+	ReasonMaintenanceFailed  = "MaintenanceFailed"
+	ReasonPartitionsMissing  = "PartitionsMissing"
+	ReasonWaitingForDatabase = "WaitingForDatabase"
+
+	// ConsumerReady.
+	ReasonDeploymentAvailable   = "DeploymentAvailable"
+	ReasonDeploymentProgressing = "DeploymentProgressing"
+	ReasonDeploymentUnavailable = "DeploymentUnavailable"
+	ReasonDeploymentFailed      = "DeploymentFailed"
+	ReasonScaledToZero          = "ScaledToZero"
+	ReasonDeploymentConflict    = "DeploymentNotOwned"
+
+	// Reconciling.
+	ReasonProgressing = "Progressing"
+	ReasonRetrying    = "Retrying"
+)
+
+// Defaults, mirrored by the CRD's default markers; the getters below apply
+// them when a client bypassed defaulting (a unit test, an old object).
+const (
+	DefaultSchema         = "public"
+	DefaultTable          = "processed_event"
+	DefaultRetention      = 7 * 24 * time.Hour
+	DefaultPremake        = 4
+	DefaultBatchMessages  = 500
+	DefaultBatchMaxWait   = 200 * time.Millisecond
+	DefaultHTTPTimeout    = 10 * time.Second
+	DefaultDeadLetterSufx = ".dlq"
+)
+
+// SetCondition sets one condition, with the object's generation as its
+// observedGeneration; the transition time changes only when the status does.
+func (c *IdempotentConsumer) SetCondition(condType string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+		Type:               condType,
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: c.Generation,
+	})
+}
+
+// GetCondition returns the condition of that type, or nil.
+func (c *IdempotentConsumer) GetCondition(condType string) *metav1.Condition {
+	return meta.FindStatusCondition(c.Status.Conditions, condType)
+}
+
+// IsReady reports whether Ready is True for the current generation.
+func (c *IdempotentConsumer) IsReady() bool {
+	cond := c.GetCondition(ConditionReady)
+	return cond != nil && cond.Status == metav1.ConditionTrue &&
+		cond.ObservedGeneration == c.Generation && c.Status.ObservedGeneration == c.Generation
+}
+
+// SchemaName is spec.database.schema or its default.
+func (c *IdempotentConsumer) SchemaName() string {
+	if c.Spec.Database.Schema == "" {
+		return DefaultSchema
+	}
+	return c.Spec.Database.Schema
+}
+
+// TableName is spec.database.table or its default.
+func (c *IdempotentConsumer) TableName() string {
+	if c.Spec.Database.Table == "" {
+		return DefaultTable
+	}
+	return c.Spec.Database.Table
+}
+
+// Scope is spec.dedup.scope or its default.
+func (c *IdempotentConsumer) Scope() DedupScope {
+	if c.Spec.Dedup.Scope == "" {
+		return ScopeConsumerGroup
+	}
+	return c.Spec.Dedup.Scope
+}
+
+// Interval is spec.dedup.interval or its default.
+func (c *IdempotentConsumer) Interval() PartitionInterval {
+	if c.Spec.Dedup.Interval == "" {
+		return IntervalDaily
+	}
+	return c.Spec.Dedup.Interval
+}
+
+// Retention is spec.dedup.retention or its default.
+func (c *IdempotentConsumer) Retention() time.Duration {
+	if c.Spec.Dedup.Retention == nil || c.Spec.Dedup.Retention.Duration <= 0 {
+		return DefaultRetention
+	}
+	return c.Spec.Dedup.Retention.Duration
+}
+
+// Premake is spec.dedup.premake or its default.
+func (c *IdempotentConsumer) Premake() int {
+	if c.Spec.Dedup.Premake <= 0 {
+		return DefaultPremake
+	}
+	return int(c.Spec.Dedup.Premake)
+}
+
+// OutOfWindowPolicy is spec.dedup.outOfWindowPolicy or its default.
+func (c *IdempotentConsumer) OutOfWindowPolicy() OutOfWindowPolicy {
+	if c.Spec.Dedup.OutOfWindowPolicy == "" {
+		return OutOfWindowDeadLetter
+	}
+	return c.Spec.Dedup.OutOfWindowPolicy
+}
+
+// DeadLetterTopic is spec.kafka.deadLetterTopic, or "<topic>.dlq".
+func (c *IdempotentConsumer) DeadLetterTopic() string {
+	if c.Spec.Kafka.DeadLetterTopic != "" {
+		return c.Spec.Kafka.DeadLetterTopic
+	}
+	return c.Spec.Kafka.Topic + DefaultDeadLetterSufx
+}
+
+// DeletionPolicy is spec.deletionPolicy or its default.
+func (c *IdempotentConsumer) DeletionPolicy() DeletionPolicy {
+	if c.Spec.DeletionPolicy == "" {
+		return DeletionRetain
+	}
+	return c.Spec.DeletionPolicy
+}
+
+// Replicas is spec.consumer.replicas or its default (1).
+func (c *IdempotentConsumer) Replicas() int32 {
+	if c.Spec.Consumer.Replicas == nil {
+		return 1
+	}
+	return *c.Spec.Consumer.Replicas
+}
+
+// BatchMaxMessages is spec.consumer.batch.maxMessages or its default.
+func (c *IdempotentConsumer) BatchMaxMessages() int32 {
+	if c.Spec.Consumer.Batch.MaxMessages <= 0 {
+		return DefaultBatchMessages
+	}
+	return c.Spec.Consumer.Batch.MaxMessages
+}
+
+// BatchMaxWait is spec.consumer.batch.maxWait or its default.
+func (c *IdempotentConsumer) BatchMaxWait() time.Duration {
+	if c.Spec.Consumer.Batch.MaxWait == nil || c.Spec.Consumer.Batch.MaxWait.Duration <= 0 {
+		return DefaultBatchMaxWait
+	}
+	return c.Spec.Consumer.Batch.MaxWait.Duration
+}
+
+// Duration returns one partition interval's nominal length (a month counts as
+// 31 days, the longest it can be).
+func (iv PartitionInterval) Duration() time.Duration {
+	switch iv {
+	case IntervalHourly:
+		return time.Hour
+	case IntervalWeekly:
+		return 7 * 24 * time.Hour
+	case IntervalMonthly:
+		return 31 * 24 * time.Hour
+	default:
+		return 24 * time.Hour
+	}
+}

@@ -1,0 +1,141 @@
+/*
+Copyright 2026 The idempotency-dev authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command manager runs the idempotency operator: the IdempotentConsumer
+// controller, with leader election, health and readiness probes, and an
+// authenticated, authorized HTTPS metrics endpoint.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"os"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/controllers"
+)
+
+func main() {
+	var (
+		metricsAddr, probeAddr, metricsCertDir  string
+		secureMetrics, enableHTTP2, leaderElect bool
+		leaderElectionNamespace                 string
+		opts                                    controllers.Options
+		pool                                    controllers.PoolOptions
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (HTTPS unless --metrics-secure=false); \"0\" disables it.")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, to clients the API server authenticates and authorizes (get on /metrics).")
+	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint; empty means a self-signed certificate.")
+	flag.BoolVar(&enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics endpoint (off: HTTP/2 Rapid Reset and Stream Cancellation CVEs).")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader, so only one replica reconciles at a time.")
+	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; empty means the pod's namespace.")
+	flag.StringVar(&opts.ConsumerImage, "consumer-image", controllers.DefaultConsumerImage, "Consumer image used when spec.consumer.image is empty.")
+	flag.DurationVar(&opts.MaintenanceLead, "maintenance-lead", 5*time.Minute, "How long before a partition boundary maintenance runs.")
+	flag.DurationVar(&opts.MaxRequeue, "max-requeue", 6*time.Hour, "Longest wait between two reconciles of one object.")
+	flag.DurationVar(&opts.RetryBase, "retry-base", 5*time.Second, "First wait after a failure that retrying can fix.")
+	flag.DurationVar(&opts.RetryMax, "retry-max", 5*time.Minute, "Longest wait after repeated failures.")
+	flag.DurationVar(&opts.DatabaseTimeout, "database-timeout", time.Minute, "Bound on the database work of one reconcile.")
+	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Objects reconciled in parallel.")
+	var maxConns int
+	flag.IntVar(&maxConns, "database-max-conns", 2, "Connections per distinct database URL.")
+	zapOpts := zap.Options{Development: false}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	pool.MaxConns = int32(maxConns)
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	setupLog := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(kafkav1alpha1.AddToScheme(scheme))
+
+	var tlsOpts []func(*tls.Config)
+	if !enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metricsOpts := metricsserver.Options{
+		BindAddress:   metricsAddr,
+		SecureServing: secureMetrics,
+		CertDir:       metricsCertDir,
+		TLSOpts:       tlsOpts,
+	}
+	if secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "idempotency-operator.kafka.idempotency.dev",
+		LeaderElectionNamespace: leaderElectionNamespace,
+		// The new leader starts at once when the old one exits cleanly.
+		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only our Deployments are cached; Secrets are watched as metadata
+			// and read on demand, never cached whole.
+			&appsv1.Deployment{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: controllers.ManagedByValue})},
+		}},
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+	})
+	if err != nil {
+		setupLog.Error(err, "Creating the manager")
+		os.Exit(1)
+	}
+
+	stores := controllers.NewPoolCache(pool)
+	defer stores.Close()
+	if err := (&controllers.IdempotentConsumerReconciler{
+		Stores:   stores,
+		Recorder: mgr.GetEventRecorder("idempotency-operator"),
+		Options:  opts,
+	}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "Setting up the controller")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		setupLog.Error(err, "Adding the health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		setupLog.Error(err, "Adding the readiness check")
+		os.Exit(1)
+	}
+
+	setupLog.Info("Starting the manager", "consumerImage", opts.ConsumerImage, "leaderElect", leaderElect)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		setupLog.Error(err, "Running the manager")
+		os.Exit(1)
+	}
+}

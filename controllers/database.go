@@ -1,0 +1,272 @@
+/*
+Copyright 2026 The idempotency-dev authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/consumer/dedup"
+)
+
+// secretValue is one Secret key's value as read this reconcile.
+type secretValue struct {
+	ref             kafkav1alpha1.SecretKeyRef
+	value           string
+	resourceVersion string
+}
+
+// reconcileDatabase reads the database URL from its Secret, opens the
+// table's store and ensures the table exists with this object's ownership
+// marker. Every failure becomes DatabaseReady=False with its own reason.
+func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s *reconcileState) error {
+	obj := s.obj
+	table := tableOf(obj)
+	if err := table.Validate(); err != nil {
+		// The CRD's schema should have refused this; an object stored before
+		// a stricter schema can still carry it.
+		r.databaseNotReady(ctx, s, kafkav1alpha1.ReasonInvalidSpec, err.Error(), false)
+		return nil
+	}
+	s.obj.Status.Table = table.String()
+
+	val, prob, err := r.readSecretKey(ctx, obj.Namespace, obj.Spec.Database.URLSecretRef)
+	if err != nil {
+		return err
+	}
+	if prob != nil {
+		r.databaseNotReady(ctx, s, prob.reason, prob.message, false)
+		return nil
+	}
+	s.databaseURL = val
+	s.addSecret(val.value, true)
+
+	store, err := r.Stores.Open(ctx, val.value, table)
+	if err != nil {
+		r.databaseFailure(ctx, s, err)
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, r.Options.DatabaseTimeout)
+	defer cancel()
+	if err := store.EnsureTable(dctx, string(obj.UID)); err != nil {
+		r.databaseFailure(ctx, s, err)
+		return nil
+	}
+	s.store = store
+	s.databaseOK = true
+	obj.SetCondition(kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionTrue, kafkav1alpha1.ReasonDatabaseReady,
+		fmt.Sprintf("Table %s exists and carries this object's ownership marker", table))
+	return nil
+}
+
+// tableOf is the dedup table an object declares.
+func tableOf(obj *kafkav1alpha1.IdempotentConsumer) dedup.Table {
+	return dedup.Table{
+		Schema:   obj.SchemaName(),
+		Name:     obj.TableName(),
+		Scope:    dedup.Scope(obj.Scope()),
+		Interval: dedup.Interval(obj.Interval()),
+	}
+}
+
+// readSecretKey reads one key of a Secret with a direct GET: Secrets are
+// not cached (only their metadata is watched), so the operator never holds
+// every Secret of the cluster in memory. A missing Secret or key is a
+// problem for status; any other API failure is returned.
+func (r *IdempotentConsumerReconciler) readSecretKey(ctx context.Context, namespace string, ref kafkav1alpha1.SecretKeyRef) (secretValue, *problem, error) {
+	var secret corev1.Secret
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, &secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return secretValue{}, &problem{kafkav1alpha1.ReasonSecretNotFound,
+				fmt.Sprintf("Secret %q not found in namespace %q", ref.Name, namespace)}, nil
+		}
+		return secretValue{}, nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, ref.Name, err)
+	}
+	v, ok := secret.Data[ref.Key]
+	if !ok || len(v) == 0 {
+		if sv, ok2 := secret.StringData[ref.Key]; ok2 && sv != "" {
+			v = []byte(sv)
+		} else {
+			return secretValue{}, &problem{kafkav1alpha1.ReasonSecretKeyMissing,
+				fmt.Sprintf("Secret %q has no key %q, or it is empty", ref.Name, ref.Key)}, nil
+		}
+	}
+	return secretValue{ref: ref, value: string(v), resourceVersion: secret.ResourceVersion}, nil, nil
+}
+
+// databaseNotReady records a database problem; stalled problems need a
+// change by someone, transient ones may pass on retry.
+func (r *IdempotentConsumerReconciler) databaseNotReady(ctx context.Context, s *reconcileState, reason, message string, transient bool) {
+	message = s.scrub(message)
+	prev := s.obj.GetCondition(kafkav1alpha1.ConditionDatabaseReady)
+	s.obj.SetCondition(kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, reason, message)
+	if transient {
+		s.retry(reason, message)
+	} else {
+		s.stall(reason, message)
+	}
+	observeProblem(reason)
+	if prev == nil || prev.Reason != reason {
+		// One Warning per change of reason, not per retry.
+		r.event(s.obj, corev1.EventTypeWarning, reason, "ConnectDatabase", message)
+		log.FromContext(ctx).Info("Database not ready", "reason", reason, "message", message)
+	}
+}
+
+// databaseFailure classifies an error from opening the store or ensuring
+// the table.
+func (r *IdempotentConsumerReconciler) databaseFailure(ctx context.Context, s *reconcileState, err error) {
+	var own *dedup.OwnershipError
+	if errors.As(err, &own) {
+		reason, message := r.ownershipProblem(ctx, s.obj, own)
+		r.databaseNotReady(ctx, s, reason, message, false)
+		return
+	}
+	reason, transient := classifyDatabaseError(err)
+	r.databaseNotReady(ctx, s, reason, describeDatabaseError(reason, err), transient)
+}
+
+// ownershipProblem explains who holds a table this object cannot take.
+func (r *IdempotentConsumerReconciler) ownershipProblem(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, own *dedup.OwnershipError) (string, string) {
+	if own.Owner == "" {
+		return kafkav1alpha1.ReasonTableNotOwned, fmt.Sprintf(
+			"Table %s exists but was not created by this operator (it has no ownership marker); refusing to manage it. Choose another table, or drop or rename that one",
+			own.Table)
+	}
+	var list kafkav1alpha1.IdempotentConsumerList
+	if err := r.Client.List(ctx, &list); err == nil {
+		for i := range list.Items {
+			if string(list.Items[i].UID) == own.Owner {
+				return kafkav1alpha1.ReasonTableClaimed, fmt.Sprintf(
+					"Table %s is owned by IdempotentConsumer %s/%s; two objects cannot share one table. Choose another table",
+					own.Table, list.Items[i].Namespace, list.Items[i].Name)
+			}
+		}
+	}
+	return kafkav1alpha1.ReasonTableClaimed, fmt.Sprintf(
+		"Table %s is owned by %q, which is no IdempotentConsumer in this cluster (one deleted with deletionPolicy Retain, or one in another cluster); refusing to take it over. Choose another table",
+		own.Table, own.Owner)
+}
+
+// classifyDatabaseError maps an error to a condition reason, and says
+// whether retrying unchanged can help.
+func classifyDatabaseError(err error) (reason string, transient bool) {
+	var (
+		pgErr  *pgconn.PgError
+		urlErr *InvalidURLError
+		layout *dedup.LayoutError
+		lock   *dedup.LockError
+		netErr net.Error
+	)
+	switch {
+	case errors.As(err, &urlErr):
+		return kafkav1alpha1.ReasonInvalidURL, false
+	case errors.As(err, &layout):
+		return kafkav1alpha1.ReasonTableLayoutMismatch, false
+	case errors.Is(err, dedup.ErrInvalidIdentifier):
+		return kafkav1alpha1.ReasonInvalidSpec, false
+	case errors.As(err, &lock) || dedup.IsRetryable(err):
+		return kafkav1alpha1.ReasonLockNotAvailable, true
+	case errors.As(err, &pgErr):
+		switch {
+		case pgErr.Code == "28P01" || pgErr.Code == "28000":
+			return kafkav1alpha1.ReasonAuthenticationFailed, false
+		case pgErr.Code == "3D000":
+			return kafkav1alpha1.ReasonDatabaseNotFound, false
+		case pgErr.Code == "42501":
+			return kafkav1alpha1.ReasonPermissionDenied, false
+		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57P"), pgErr.Code == "53300":
+			// connection exceptions, shutdown/cannot connect now, too many connections
+			return kafkav1alpha1.ReasonDatabaseUnreachable, true
+		}
+		return kafkav1alpha1.ReasonDatabaseError, true
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.As(err, &netErr), pgconn.Timeout(err):
+		return kafkav1alpha1.ReasonDatabaseUnreachable, true
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return kafkav1alpha1.ReasonDatabaseUnreachable, true
+	}
+	return kafkav1alpha1.ReasonDatabaseError, true
+}
+
+// describeDatabaseError is the condition message for a classified error.
+func describeDatabaseError(reason string, err error) string {
+	switch reason {
+	case kafkav1alpha1.ReasonInvalidURL:
+		return err.Error()
+	case kafkav1alpha1.ReasonAuthenticationFailed:
+		return "The database refused the credentials in the database URL Secret (authentication failed); fix the Secret or the role: " + err.Error()
+	case kafkav1alpha1.ReasonDatabaseNotFound:
+		return "The database named in the database URL does not exist: " + err.Error()
+	case kafkav1alpha1.ReasonPermissionDenied:
+		return "The database role lacks a privilege the operator needs (CREATE on the database and schema, ownership of the table): " + err.Error()
+	case kafkav1alpha1.ReasonDatabaseUnreachable:
+		return "Cannot reach the database; retrying with backoff: " + err.Error()
+	case kafkav1alpha1.ReasonLockNotAvailable:
+		return "A lock on the table stayed busy; retrying: " + err.Error()
+	}
+	return err.Error()
+}
+
+// scrub removes every secret this reconcile read (and its URL-encoded
+// forms) from a message meant for a condition, an event or a log line.
+func (s *reconcileState) scrub(msg string) string {
+	for _, secret := range s.secrets {
+		if len(secret) < 4 {
+			continue // too short to replace without mangling the message
+		}
+		msg = strings.ReplaceAll(msg, secret, "[redacted]")
+	}
+	return msg
+}
+
+// addSecret remembers a secret value read this reconcile, so scrub keeps it
+// out of messages; for a database URL its password is remembered too.
+func (s *reconcileState) addSecret(v string, isURL bool) {
+	if v == "" {
+		return
+	}
+	s.secrets = append(s.secrets, v, url.QueryEscape(v), url.PathEscape(v))
+	if !isURL {
+		return
+	}
+	if pu, err := url.Parse(v); err == nil && pu.User != nil {
+		if pw, ok := pu.User.Password(); ok {
+			s.addSecret(pw, false)
+		}
+	}
+	if cfg, err := pgconn.ParseConfig(v); err == nil {
+		s.addSecret(cfg.Password, false)
+	}
+}

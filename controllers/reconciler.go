@@ -1,0 +1,315 @@
+/*
+Copyright 2026 The idempotency-dev authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+)
+
+// ControllerName names the controller, its field manager and its events.
+const ControllerName = "idempotentconsumer"
+
+// FieldOwner is the server-side apply field manager of the operator.
+const FieldOwner = "idempotency-operator"
+
+// Finalizer is set only while deletionPolicy is Delete: it holds the object
+// until its table is dropped.
+const Finalizer = "kafka.idempotency.dev/drop-table"
+
+// Options are the reconciler's tunables; zero values mean the defaults.
+type Options struct {
+	// ConsumerImage is used when spec.consumer.image is empty.
+	ConsumerImage string
+	// MaintenanceLead is how long before a partition boundary maintenance
+	// runs (and how far ahead it plans); default 5m.
+	MaintenanceLead time.Duration
+	// MaxRequeue caps the wait until the next scheduled reconcile, so a
+	// missed event is corrected eventually; default 6h.
+	MaxRequeue time.Duration
+	// RetryBase and RetryMax bound the exponential backoff after a failure
+	// that retrying can fix (database down, lock busy); defaults 5s and 5m.
+	RetryBase, RetryMax time.Duration
+	// DatabaseTimeout bounds the database work of one reconcile; default 60s.
+	DatabaseTimeout time.Duration
+	// MaxConcurrentReconciles; default 4.
+	MaxConcurrentReconciles int
+}
+
+func (o Options) withDefaults() Options {
+	if o.ConsumerImage == "" {
+		o.ConsumerImage = DefaultConsumerImage
+	}
+	if o.MaintenanceLead <= 0 {
+		o.MaintenanceLead = 5 * time.Minute
+	}
+	if o.MaxRequeue <= 0 {
+		o.MaxRequeue = 6 * time.Hour
+	}
+	if o.RetryBase <= 0 {
+		o.RetryBase = 5 * time.Second
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 5 * time.Minute
+	}
+	if o.RetryMax < o.RetryBase {
+		o.RetryMax = o.RetryBase
+	}
+	if o.DatabaseTimeout <= 0 {
+		o.DatabaseTimeout = 60 * time.Second
+	}
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = 4
+	}
+	return o
+}
+
+// IdempotentConsumerReconciler reconciles IdempotentConsumer objects.
+type IdempotentConsumerReconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// APIReader reads Secrets (which are not cached, only their metadata is
+	// watched) and checks for Deployments the cache does not hold.
+	APIReader client.Reader
+	// Stores opens the TableStore of a database URL and table.
+	Stores StoreOpener
+	// Recorder emits Kubernetes Events; nil disables them.
+	Recorder events.EventRecorder
+	// Clock is injectable so tests can move time past partition boundaries.
+	Clock clock.PassiveClock
+	// Options are the tunables.
+	Options Options
+
+	backoff *backoff
+}
+
+// +kubebuilder:rbac:groups=kafka.idempotency.dev,resources=idempotentconsumers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=kafka.idempotency.dev,resources=idempotentconsumers/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kafka.idempotency.dev,resources=idempotentconsumers/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile runs the phases for one object: deletion or finalizer, then
+// database, partitions and consumer, then one status write if anything
+// changed. Expected waits and database failures end up in status with a
+// RequeueAfter; only API-server failures are returned as errors.
+func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	obj := &kafkav1alpha1.IdempotentConsumer{}
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("idempotentConsumer", klog.KObj(obj)))
+
+	if !obj.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, obj)
+	}
+	if err := r.reconcileFinalizer(ctx, obj); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	orig := obj.DeepCopy()
+	s := &reconcileState{obj: obj, now: r.Clock.Now()}
+	if obj.Spec.Suspend {
+		r.markSuspended(s)
+		return r.finish(ctx, orig, s)
+	}
+	for _, phase := range []func(context.Context, *reconcileState) error{
+		r.reconcileDatabase,
+		r.reconcilePartitions,
+		r.reconcileDeployment,
+	} {
+		if err := phase(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return r.finish(ctx, orig, s)
+}
+
+// reconcileState is what one Reconcile observed and decided, phase by phase.
+type reconcileState struct {
+	obj *kafkav1alpha1.IdempotentConsumer
+	now time.Time
+
+	// database phase
+	store        TableStore
+	databaseURL  secretValue
+	databaseOK   bool
+	secrets      []string // values to scrub from messages
+	stalled      *problem // the first problem no retry can fix
+	transient    *problem // the first problem a retry may fix
+	progressing  *problem // a wait that is neither (rollout in progress)
+	partitionsOK bool
+	consumerOK   bool
+
+	// requeueAfter is the soonest wake-up any phase asked for; 0 means none.
+	requeueAfter time.Duration
+}
+
+// problem is one reason the object is not Ready.
+type problem struct {
+	reason, message string
+}
+
+func (s *reconcileState) requeue(d time.Duration) {
+	if d <= 0 {
+		d = time.Second
+	}
+	if s.requeueAfter == 0 || d < s.requeueAfter {
+		s.requeueAfter = d
+	}
+}
+
+func (s *reconcileState) stall(reason, message string) {
+	if s.stalled == nil {
+		s.stalled = &problem{reason, message}
+	}
+}
+
+func (s *reconcileState) retry(reason, message string) {
+	if s.transient == nil {
+		s.transient = &problem{reason, message}
+	}
+}
+
+func (s *reconcileState) wait(reason, message string) {
+	if s.progressing == nil {
+		s.progressing = &problem{reason, message}
+	}
+}
+
+// SetupWithManager registers the reconciler, its index and its watches.
+func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Options = r.Options.withDefaults()
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Stores == nil {
+		return fmt.Errorf("setting up the %s controller: no StoreOpener", ControllerName)
+	}
+	r.backoff = newBackoff(r.Options.RetryBase, r.Options.RetryMax)
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kafkav1alpha1.IdempotentConsumer{},
+		secretRefIndex, indexSecretRefs); err != nil {
+		return fmt.Errorf("indexing IdempotentConsumers by Secret: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&kafkav1alpha1.IdempotentConsumer{}, builder.WithPredicates(specOrDeletionChanged())).
+		Owns(&appsv1.Deployment{}).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.consumersForSecret)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
+		Complete(r)
+}
+
+// specOrDeletionChanged passes creations, deletions, and updates that change
+// the generation (spec, deletion), annotations or labels: the operator's own
+// status writes and finalizer patches do not wake it up again.
+func specOrDeletionChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			if e.ObjectOld == nil || e.ObjectNew == nil {
+				return true
+			}
+			return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+				!e.ObjectOld.GetDeletionTimestamp().Equal(e.ObjectNew.GetDeletionTimestamp()) ||
+				!mapsEqual(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()) ||
+				!mapsEqual(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+		},
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+const secretRefIndex = "spec.secretRefs"
+
+// indexSecretRefs lists the names of the Secrets an object references.
+func indexSecretRefs(o client.Object) []string {
+	obj, ok := o.(*kafkav1alpha1.IdempotentConsumer)
+	if !ok {
+		return nil
+	}
+	seen := map[string]bool{}
+	var names []string
+	for _, ref := range secretRefs(obj) {
+		if !seen[ref.Name] {
+			seen[ref.Name] = true
+			names = append(names, ref.Name)
+		}
+	}
+	return names
+}
+
+// consumersForSecret maps a Secret event to the objects referencing it.
+func (r *IdempotentConsumerReconciler) consumersForSecret(ctx context.Context, secret client.Object) []ctrl.Request {
+	var list kafkav1alpha1.IdempotentConsumerList
+	if err := r.Client.List(ctx, &list, client.InNamespace(secret.GetNamespace()),
+		client.MatchingFields{secretRefIndex: secret.GetName()}); err != nil {
+		log.FromContext(ctx).Error(err, "Listing IdempotentConsumers for a Secret", "secret", klog.KObj(secret))
+		return nil
+	}
+	reqs := make([]ctrl.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, ctrl.Request{NamespacedName: types.NamespacedName{
+			Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}})
+	}
+	return reqs
+}
+
+// forget drops the per-object memory (backoff, metrics) of a deleted object.
+func (r *IdempotentConsumerReconciler) forget(key types.NamespacedName) {
+	if r.backoff != nil {
+		r.backoff.reset(key)
+	}
+	forgetObjectMetrics(key)
+}
