@@ -1,0 +1,191 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var errCrash = errors.New("simulated crash")
+
+// crashAt returns a hook that fails the first time step is reached.
+func crashAt(step Step) (StepHook, *string) {
+	var hit string
+	return func(_ context.Context, s Step, partition string) error {
+		if s == step && hit == "" {
+			hit = partition
+			return errCrash
+		}
+		return nil
+	}, &hit
+}
+
+// TestCrashAtEveryStepConverges interrupts maintenance after each step of
+// the protocol (created-not-attached, attached, detached-not-dropped,
+// dropped) and checks that the next run reaches exactly the planned state:
+// every wanted partition attached, nothing pending, no leftover tables.
+func TestCrashAtEveryStepConverges(t *testing.T) {
+	start := time.Date(2024, 12, 31, 22, 0, 0, 0, time.UTC)
+	const premake, retention = 2, 4 * time.Hour
+	later := start.Add(3 * time.Hour) // drops three, creates three
+	for _, step := range []Step{StepCreated, StepAttached, StepDetached, StepDropped} {
+		t.Run(string(step), func(t *testing.T) {
+			pool := consumertest.NewPool(t)
+			ctx := testCtx(t)
+			tbl := Table{Interval: Hourly}
+			newEngine(t, pool, tbl)
+			hook, hit := crashAt(step)
+			crashy, err := NewEngine(pool, tbl, WithStepHook(hook))
+			if err != nil {
+				t.Fatal(err)
+			}
+			clean, _ := NewEngine(pool, tbl)
+
+			now := start
+			if step == StepDetached || step == StepDropped {
+				// Drops happen on the second run, so build the table first.
+				if _, err := clean.Maintain(ctx, start, premake, retention); err != nil {
+					t.Fatal(err)
+				}
+				now = later
+			}
+			if _, err := crashy.Maintain(ctx, now, premake, retention); !errors.Is(err, errCrash) {
+				t.Fatalf("Maintain with a crash at %s = %v, want the crash", step, err)
+			}
+			st, err := clean.Observe(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch step {
+			case StepCreated, StepDetached:
+				// The interrupted partition is a standalone table of ours.
+				if !slices.Contains(names(st.Orphans), *hit) || slices.Contains(partitionNames(st.Partitions), *hit) {
+					t.Fatalf("after a crash at %s of %s: orphans %v, partitions %v", step, *hit, names(st.Orphans), partitionNames(st.Partitions))
+				}
+			}
+
+			res, err := clean.Maintain(ctx, now, premake, retention)
+			if err != nil {
+				t.Fatalf("the run after the crash: %v", err)
+			}
+			if step == StepCreated && !slices.Contains(names(res.Created), *hit) {
+				t.Fatalf("standalone %s not adopted: created %v", *hit, names(res.Created))
+			}
+			if step == StepDetached && !slices.Contains(names(res.Dropped), *hit) {
+				t.Fatalf("detached %s not dropped: dropped %v", *hit, names(res.Dropped))
+			}
+			assertConverged(t, pool, clean, now, premake, retention)
+		})
+	}
+}
+
+// TestPendingDetachIsFinalized leaves a DETACH CONCURRENTLY half done: a
+// transaction that has read the table makes its second phase wait, and the
+// short lock_timeout cancels it, leaving the partition "detach pending".
+// Maintenance reports a retryable error without blocking writers, and once
+// the reader is gone the next run completes the detach with FINALIZE and
+// drops the table.
+func TestPendingDetachIsFinalized(t *testing.T) {
+	pool := consumertest.NewPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Interval: Hourly}
+	e := newEngine(t, pool, tbl, WithLockTimeout(200*time.Millisecond), WithAttempts(2), WithBackoff(20*time.Millisecond, 50*time.Millisecond))
+	start := time.Date(2024, 6, 1, 12, 0, 0, 0, time.UTC)
+	const premake, retention = 1, 3 * time.Hour
+	if _, err := e.Maintain(ctx, start, premake, retention); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := NewInserter(tbl, "g")
+	insertCommit(t, pool, in, idAt(start.Add(-3*time.Hour)), idAt(start))
+
+	reader, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	var n int
+	if err := reader.QueryRow(ctx, "SELECT count(*) FROM processed_event").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+
+	t0 := time.Now()
+	res, err := e.Maintain(ctx, start.Add(time.Hour), premake, retention)
+	if !IsRetryable(err) {
+		t.Fatalf("Maintain behind a reader = %v, want a retryable lock error", err)
+	}
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Fatalf("Maintain took %s to give up, want bounded retries", took)
+	}
+	oldest := PartitionName("processed_event", Hourly, start.Add(-3*time.Hour))
+	st, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := slices.ContainsFunc(st.Partitions, func(p ObservedPartition) bool { return p.Name == oldest && p.DetachPending })
+	if !pending {
+		t.Fatalf("%s not left pending detach: %+v", oldest, st.Partitions)
+	}
+	if st.Window.Contains(start.Add(-3*time.Hour)) || res.Window.Contains(start.Add(-3*time.Hour)) {
+		t.Fatalf("window %s still covers the pending partition", st.Window)
+	}
+	// Writers are not blocked meanwhile.
+	t1 := time.Now()
+	if r := insertCommit(t, pool, in, idAt(start.Add(time.Hour))); !r.Fresh[0] {
+		t.Fatalf("insert during the pending detach: %+v", r)
+	}
+	if d := time.Since(t1); d > time.Second {
+		t.Fatalf("insert during the pending detach took %s", d)
+	}
+
+	if err := reader.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err = e.Maintain(ctx, start.Add(time.Hour), premake, retention)
+	if err != nil {
+		t.Fatalf("Maintain after the reader left: %v", err)
+	}
+	if !slices.Contains(res.Finalized, oldest) || !slices.Contains(names(res.Dropped), oldest) {
+		t.Fatalf("finalized %v dropped %v, want %s in both", res.Finalized, names(res.Dropped), oldest)
+	}
+	assertConverged(t, pool, e, start.Add(time.Hour), premake, retention)
+}
+
+// assertConverged checks the table is exactly what the plan wants: the
+// planned partitions attached, none pending, no standalone leftovers, and a
+// further run with nothing to do.
+func assertConverged(t *testing.T, pool *pgxpool.Pool, e *Engine, now time.Time, premake int, retention time.Duration) {
+	t.Helper()
+	ctx := testCtx(t)
+	st, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The planner on an empty table lists every slot the table should have.
+	want := names(PlanPartitions(now, e.table.Interval, premake, retention, e.table.Name, nil).Create)
+	got := partitionNames(st.Partitions)
+	if !slices.Equal(got, want) {
+		t.Fatalf("partitions %v, want %v", got, want)
+	}
+	for _, p := range st.Partitions {
+		if p.DetachPending {
+			t.Fatalf("%s still pending detach", p.Name)
+		}
+	}
+	if len(st.Orphans) != 0 || len(st.Foreign) != 0 {
+		t.Fatalf("orphans %v foreign %v", names(st.Orphans), st.Foreign)
+	}
+	var standalone int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relkind = 'r' AND NOT relispartition AND relname LIKE $1`,
+		e.table.Name+`\_p%`).Scan(&standalone); err != nil || standalone != 0 {
+		t.Fatalf("%d standalone partition tables left (err %v)", standalone, err)
+	}
+	res, err := e.Maintain(ctx, now, premake, retention)
+	if err != nil || len(res.Created)+len(res.Dropped)+len(res.Finalized) != 0 {
+		t.Fatalf("another run still did %+v (err %v)", res, err)
+	}
+}
