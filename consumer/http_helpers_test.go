@@ -1,0 +1,15 @@
+package consumer_test
+
+import (
+	"github.com/segmentio/kafka-go"
+	"net/http"
+	"net/http/httptest"
+)
+
+func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
+
+func newRequest(method, target string) (*http.Request, error) {
+	return httptest.NewRequest(method, target, nil), nil
+}
+
+type kafkaHeader = kafka.Header
