@@ -1,0 +1,156 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idempotency-dev/operator/consumer"
+)
+
+// HTTPConfig configures the HTTP sink.
+type HTTPConfig struct {
+	// URL the event payload is POSTed to. Required, http or https.
+	URL string
+	// Timeout of one request; default 10s.
+	Timeout time.Duration
+	// Authorization, when set, is sent as the Authorization header. Secret.
+	Authorization string
+	// Transport sends the requests; default http.DefaultTransport. It is
+	// wrapped in consumer.IdempotencyKeyTransport.
+	Transport http.RoundTripper
+}
+
+// DefaultHTTPTimeout is the default request timeout.
+const DefaultHTTPTimeout = 10 * time.Second
+
+// HTTPError is a non-2xx answer.
+type HTTPError struct {
+	StatusCode int
+	Body       string // the first 256 bytes
+}
+
+func (e *HTTPError) Error() string {
+	if e.Body == "" {
+		return fmt.Sprintf("HTTP %d", e.StatusCode)
+	}
+	return fmt.Sprintf("HTTP %d: %s", e.StatusCode, e.Body)
+}
+
+// HTTP returns a handler that POSTs ev.Payload to cfg.URL with the headers
+// Idempotency-Key (the event id), Content-Type (the record's content-type
+// header, else application/json), traceparent/tracestate when the record had
+// them, and Authorization when configured.
+//
+// Outcome: 2xx is success. 408, 429 and 5xx answers, timeouts and
+// connections lost after the request was sent are retried by the runtime
+// (same Idempotency-Key), then dead-lettered. Other 4xx answers are
+// dead-lettered at once (consumer.Permanent). A connection that can't be
+// established at all (refused, no route, DNS failure) means nothing was
+// delivered: the error is consumer.Unavailable, so the runtime pauses the
+// batch and retries without dead-lettering while the endpoint is down.
+func HTTP(cfg HTTPConfig) (consumer.Handler, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("URL %q: must be an absolute http or https URL", redactURL(cfg.URL))
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultHTTPTimeout
+	}
+	if cfg.Timeout < 0 {
+		return nil, errors.New("timeout: must not be negative")
+	}
+	base := cfg.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	client := &http.Client{
+		Transport: &consumer.IdempotencyKeyTransport{Base: base},
+		Timeout:   cfg.Timeout,
+		// A redirect would re-send the body elsewhere; report it instead.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	target := u.String()
+	return func(ctx context.Context, _ pgx.Tx, ev *consumer.Event) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(ev.Payload))
+		if err != nil {
+			return consumer.Permanent(err)
+		}
+		ct := "application/json"
+		if v, ok := ev.Header("content-type"); ok && len(v) > 0 {
+			ct = string(v)
+		}
+		req.Header.Set("Content-Type", ct)
+		if ev.Type != "" {
+			req.Header.Set("Event-Type", ev.Type)
+		}
+		if cfg.Authorization != "" {
+			req.Header.Set("Authorization", cfg.Authorization)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			if notConnected(err) {
+				return consumer.Unavailable(fmt.Errorf("POST %s: %w", redactURL(target), unwrapURLError(err)))
+			}
+			return fmt.Errorf("POST %s: %w", redactURL(target), unwrapURLError(err))
+		}
+		defer resp.Body.Close()
+		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			return nil
+		}
+		herr := &HTTPError{StatusCode: resp.StatusCode, Body: strings.TrimSpace(string(snippet))}
+		switch {
+		case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
+			return herr
+		default:
+			return consumer.Permanent(herr)
+		}
+	}, nil
+}
+
+// notConnected reports a failure to establish the connection, when the
+// request certainly was not delivered.
+func notConnected(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+		return true
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return true
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial" && !opErr.Timeout()
+}
+
+// unwrapURLError drops the url.Error wrapper, whose text repeats the URL.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// redactURL drops user info from a URL for messages.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "<invalid URL>"
+	}
+	if u.User != nil {
+		u.User = url.User("xxxxx")
+	}
+	return u.String()
+}
