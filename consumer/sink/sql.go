@@ -62,6 +62,17 @@ func SQL(cfg SQLConfig) (consumer.Handler, error) {
 	}, nil
 }
 
+// Check prepares the statement on conn (as the sink will send it), so that a
+// syntax error or a missing table shows before the first event.
+func (c SQLConfig) Check(ctx context.Context, conn *pgx.Conn) error {
+	stmt, _, err := parseStatement(c.Statement)
+	if err != nil {
+		return err
+	}
+	_, err = conn.Prepare(ctx, "", stmt)
+	return err
+}
+
 func paramValue(ev *consumer.Event, n int) any {
 	switch n {
 	case ParamEventID:

@@ -1,0 +1,156 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idempotency-dev/operator/consumer"
+	"github.com/idempotency-dev/operator/consumer/sink"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailed  = 1 // Run returned an error (a Stop policy, a fatal setup error)
+	ExitConfig  = 2 // the configuration is invalid
+	ExitStopped = 3 // stopped by a Stop policy
+)
+
+// Main runs the consumer binary and returns its exit code.
+func Main(args []string, getenv func(string) string, stderr io.Writer) int {
+	opts, err := Parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "consumer: invalid configuration:\n  %s\n", strings.ReplaceAll(redact(err.Error(), opts.Secrets), "\n", "\n  "))
+		return ExitConfig
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return run(ctx, opts, stderr)
+}
+
+func run(ctx context.Context, opts Options, stderr io.Writer) int {
+	var h slog.Handler
+	hopts := &slog.HandlerOptions{Level: opts.LogLevel}
+	if opts.LogFormat == "text" {
+		h = slog.NewTextHandler(stderr, hopts)
+	} else {
+		h = slog.NewJSONHandler(stderr, hopts)
+	}
+	log := slog.New(consumer.RedactingHandler(h, opts.Secrets...))
+	opts.Consumer.Logger = log
+
+	handler, err := buildSink(ctx, opts, log)
+	if err != nil {
+		log.Error("invalid sink configuration", "err", err)
+		return ExitConfig
+	}
+	c, err := consumer.New(opts.Consumer, handler)
+	if err != nil {
+		log.Error("invalid configuration", "err", configError(err))
+		return ExitConfig
+	}
+
+	var srv *http.Server
+	if opts.ListenAddr != "" {
+		ln, err := net.Listen("tcp", opts.ListenAddr)
+		if err != nil {
+			log.Error("listening for probes and metrics", "addr", opts.ListenAddr, "err", err)
+			return ExitFailed
+		}
+		srv = &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("probe and metrics server failed", "err", err)
+			}
+		}()
+		log.Info("serving /healthz /readyz /metrics", "addr", ln.Addr().String())
+	}
+	runErr := c.Run(ctx)
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	switch {
+	case runErr == nil:
+		return ExitOK
+	case errors.Is(runErr, consumer.ErrStopped):
+		log.Error("stopped by policy", "err", runErr)
+		return ExitStopped
+	default:
+		log.Error("consumer failed", "err", runErr)
+		return ExitFailed
+	}
+}
+
+func buildSink(ctx context.Context, opts Options, log *slog.Logger) (consumer.Handler, error) {
+	switch opts.Sink {
+	case "http":
+		return sink.HTTP(opts.HTTP)
+	case "sql":
+		h, err := sink.SQL(opts.SQL)
+		if err != nil {
+			return nil, err
+		}
+		checkStatement(ctx, opts, log)
+		return h, nil
+	case "log":
+		return sink.Log(log), nil
+	case "none":
+		return sink.None(), nil
+	}
+	return nil, fmt.Errorf("unknown sink %q", opts.Sink)
+}
+
+// checkStatement prepares the SQL sink's statement once, so that a typo or a
+// missing table shows at start-up rather than on the first event. A database
+// that can't be reached is not an error here: the runtime waits for it.
+func checkStatement(ctx context.Context, opts Options, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, opts.Consumer.DatabaseURL)
+	if err != nil {
+		log.Warn("could not check the SQL statement: database unreachable", "err", err)
+		return
+	}
+	defer conn.Close(context.Background())
+	if err := opts.SQL.Check(ctx, conn); err != nil {
+		log.Error("the SQL sink's statement does not prepare; events will wait until it does", "err", err)
+	}
+}
+
+func redact(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if len(sec) >= 3 {
+			s = strings.ReplaceAll(s, sec, "xxxxx")
+		}
+	}
+	return s
+}
+
+// dsnPassword extracts the password of a postgres:// URL (key=value DSNs are
+// covered by redacting the whole DSN value).
+func dsnPassword(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		return ""
+	}
+	p, _ := u.User.Password()
+	return p
+}
