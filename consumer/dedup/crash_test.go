@@ -189,3 +189,66 @@ func assertConverged(t *testing.T, pool *pgxpool.Pool, e *Engine, now time.Time,
 		t.Fatalf("another run still did %+v (err %v)", res, err)
 	}
 }
+
+// TestMaintainerKilledDuringDetach kills the maintainer's backend while
+// DETACH CONCURRENTLY waits in its second phase (a real crash, not a
+// timeout). The partition is left pending; the engine discards the broken
+// connection; the next run finalizes and drops it.
+func TestMaintainerKilledDuringDetach(t *testing.T) {
+	pool := consumertest.NewPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Interval: Hourly}
+	patient := newEngine(t, pool, tbl, WithLockTimeout(time.Minute))
+	start := time.Date(2024, 6, 1, 12, 0, 0, 0, time.UTC)
+	const premake, retention = 1, 3 * time.Hour
+	if _, err := patient.Maintain(ctx, start, premake, retention); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	if _, err := reader.Exec(ctx, "SELECT count(*) FROM processed_event"); err != nil {
+		t.Fatal(err)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := patient.Maintain(ctx, start.Add(time.Hour), premake, retention)
+		done <- err
+	}()
+	var pid int
+	waitFor(t, func() bool {
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE%DETACH PARTITION%CONCURRENTLY' AND wait_event_type = 'Lock'`).Scan(&pid)
+		return err == nil
+	}, "DETACH CONCURRENTLY waiting for the reader")
+	if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("Maintain survived the termination of its backend")
+	}
+	oldest := PartitionName("processed_event", Hourly, start.Add(-3*time.Hour))
+	st, err := patient.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(st.Partitions, func(p ObservedPartition) bool { return p.Name == oldest && p.DetachPending }) {
+		t.Fatalf("%s not pending detach after the crash: %+v", oldest, st.Partitions)
+	}
+	if err := reader.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := patient.Maintain(ctx, start.Add(time.Hour), premake, retention)
+	if err != nil || !slices.Contains(res.Finalized, oldest) {
+		t.Fatalf("next run: finalized %v, err %v", res.Finalized, err)
+	}
+	assertConverged(t, pool, patient, start.Add(time.Hour), premake, retention)
+	// The pool holds no connection with a stale advisory lock: a fresh
+	// engine gets the lock at once.
+	quick, _ := NewEngine(pool, tbl, WithAdvisoryLockWait(0))
+	if _, err := quick.Maintain(ctx, start.Add(time.Hour), premake, retention); err != nil {
+		t.Fatalf("advisory lock leaked: %v", err)
+	}
+}
