@@ -25,6 +25,7 @@ type OwnershipError struct {
 	Owner string // the owner found on the table; "" when unmarked
 }
 
+// Error names the table and the owner found on it.
 func (e *OwnershipError) Error() string {
 	if e.Owner == "" {
 		return fmt.Sprintf("table %s exists without an ownership marker; refusing to manage a table this operator did not create", e.Table)
@@ -39,6 +40,7 @@ type LayoutError struct {
 	Problems []string // one line per difference
 }
 
+// Error lists the differences.
 func (e *LayoutError) Error() string {
 	return fmt.Sprintf("table %s does not have the expected layout: %s", e.Table, strings.Join(e.Problems, "; "))
 }
@@ -52,6 +54,7 @@ type LockError struct {
 	Err      error // the last error
 }
 
+// Error names the operation, the attempts and the last error.
 func (e *LockError) Error() string {
 	return fmt.Sprintf("%s: lock not available after %d attempts: %v", e.Op, e.Attempts, e.Err)
 }
@@ -74,6 +77,7 @@ type OutsideWindowError struct {
 	Window Window
 }
 
+// Error names the id, its timestamp and the window.
 func (e *OutsideWindowError) Error() string {
 	return fmt.Sprintf("event id %s (time %s) is outside the dedup window %s", e.ID, EventTime(e.ID).Format(time.RFC3339Nano), e.Window)
 }

@@ -21,6 +21,7 @@ func (w Window) IsZero() bool { return !w.To.After(w.From) }
 // Contains reports whether t lies in [From, To).
 func (w Window) Contains(t time.Time) bool { return !t.Before(w.From) && t.Before(w.To) }
 
+// String formats the window as [from, to) in RFC 3339.
 func (w Window) String() string {
 	if w.IsZero() {
 		return "[empty)"
