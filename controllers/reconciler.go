@@ -57,7 +57,7 @@ type Options struct {
 	// runs (and how far ahead it plans); default 5m.
 	MaintenanceLead time.Duration
 	// MaxRequeue caps the wait until the next scheduled reconcile, so a
-	// missed event is corrected eventually; default 6h.
+	// missed event is corrected eventually; default 24h.
 	MaxRequeue time.Duration
 	// RetryBase and RetryMax bound the exponential backoff after a failure
 	// that retrying can fix (database down, lock busy); defaults 5s and 5m.
@@ -76,7 +76,7 @@ func (o Options) withDefaults() Options {
 		o.MaintenanceLead = 5 * time.Minute
 	}
 	if o.MaxRequeue <= 0 {
-		o.MaxRequeue = 6 * time.Hour
+		o.MaxRequeue = 24 * time.Hour
 	}
 	if o.RetryBase <= 0 {
 		o.RetryBase = 5 * time.Second

@@ -60,7 +60,7 @@ func main() {
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; empty means the pod's namespace.")
 	flag.StringVar(&opts.ConsumerImage, "consumer-image", controllers.DefaultConsumerImage, "Consumer image used when spec.consumer.image is empty.")
 	flag.DurationVar(&opts.MaintenanceLead, "maintenance-lead", 5*time.Minute, "How long before a partition boundary maintenance runs.")
-	flag.DurationVar(&opts.MaxRequeue, "max-requeue", 6*time.Hour, "Longest wait between two reconciles of one object.")
+	flag.DurationVar(&opts.MaxRequeue, "max-requeue", 24*time.Hour, "Longest wait between two reconciles of one object.")
 	flag.DurationVar(&opts.RetryBase, "retry-base", 5*time.Second, "First wait after a failure that retrying can fix.")
 	flag.DurationVar(&opts.RetryMax, "retry-max", 5*time.Minute, "Longest wait after repeated failures.")
 	flag.DurationVar(&opts.DatabaseTimeout, "database-timeout", time.Minute, "Bound on the database work of one reconcile.")
