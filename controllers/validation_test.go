@@ -175,6 +175,15 @@ func testInvalidObjectsRejected(t *testing.T, te *testEnv) {
 		})
 	}
 
+	// Both samples are accepted as they are.
+	for _, f := range []string{"kafka_v1alpha1_idempotentconsumer_billing.yaml", "kafka_v1alpha1_idempotentconsumer_ledger.yaml"} {
+		sample := loadSample(t, f)
+		sample.Namespace = ns
+		if err := te.c.Create(context.Background(), sample); err != nil {
+			t.Errorf("sample %s refused: %v", f, err)
+		}
+	}
+
 	// The valid base object itself is accepted, and defaults are filled in.
 	u := &unstructured.Unstructured{Object: validObject(ns, "good")}
 	if err := te.c.Create(context.Background(), u); err != nil {
