@@ -219,18 +219,19 @@ func (w *worker) transact(items []item) error {
 }
 
 // handle runs the handler for one event under a savepoint, with retries.
+// spOpen says whether an earlier event of this transaction left its savepoint
+// established (it is released when the next savepoint is opened, keeping the
+// subtransaction nesting flat).
 func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, spOpen *bool) error {
 	c := w.c
-	// One round trip: release the previous event's savepoint and open this
-	// one. Releasing keeps the subtransaction nesting flat.
-	stmt := "SAVEPOINT " + savepoint
+	et := &eventTx{tx: tx, pending: []string{"SAVEPOINT " + savepoint}}
 	if *spOpen {
-		stmt = "RELEASE SAVEPOINT " + savepoint + "; SAVEPOINT " + savepoint
+		et.pending = []string{"RELEASE SAVEPOINT " + savepoint, "SAVEPOINT " + savepoint}
 	}
-	if _, err := tx.Exec(ctx, stmt); err != nil {
-		return infra("opening savepoint: %w", err)
-	}
-	*spOpen = true
+	defer func() {
+		et.done = true
+		*spOpen = *spOpen || et.opened
+	}()
 
 	hctx := ContextWithEvent(ctx, &it.ev)
 	if it.hasTrace {
@@ -238,7 +239,10 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, spOpen *bool) 
 	}
 	bo := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
 	for attempt := 1; ; attempt++ {
-		err := w.call(hctx, tx, &it.ev)
+		err := w.call(hctx, et, &it.ev)
+		if et.failed != nil {
+			return &infraError{fmt.Errorf("opening the event's savepoint: %w", et.failed)}
+		}
 		if err == nil {
 			it.state = stHandled
 			return nil
@@ -247,9 +251,11 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, spOpen *bool) 
 		if IsUnavailable(err) {
 			return &infraError{fmt.Errorf("handler: %w", err)}
 		}
-		if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); rbErr != nil {
-			// The connection or transaction is gone: not the event's fault.
-			return &infraError{fmt.Errorf("handler failed (%v) and rolling back to its savepoint failed: %w", err, rbErr)}
+		if et.opened {
+			if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); rbErr != nil {
+				// The connection or transaction is gone: not the event's fault.
+				return &infraError{fmt.Errorf("handler failed (%v) and rolling back to its savepoint failed: %w", err, rbErr)}
+			}
 		}
 		if ctx.Err() != nil {
 			return errAbandoned
