@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,13 +210,13 @@ func TestHTTPLostResponse(t *testing.T) {
 	e := newEnv(t)
 	id := uuid.Must(uuid.NewV7())
 	e.kafka.Produce(t, "events", kafka.Message{Value: []byte(`{"eventId":"` + id.String() + `","amount":5}`)})
-	var calls, succeeded int
+	var calls, succeeded atomic.Int64
 	cfg := e.config()
 	c, err := consumer.New(cfg, func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
-		calls++
+		calls.Add(1)
 		err := h(ctx, tx, ev)
 		if err == nil {
-			succeeded++
+			succeeded.Add(1)
 		}
 		return err
 	})
@@ -230,7 +231,7 @@ func TestHTTPLostResponse(t *testing.T) {
 		mu.Lock()
 		n := len(keys)
 		mu.Unlock()
-		if n >= 2 && succeeded == 1 || time.Now().After(deadline) {
+		if n >= 2 && succeeded.Load() == 1 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -249,10 +250,10 @@ func TestHTTPLostResponse(t *testing.T) {
 			t.Fatalf("Idempotency-Key %q, want %s on every attempt (%v)", k, id, keys)
 		}
 	}
-	if applied[id.String()] != 1 || succeeded != 1 {
-		t.Fatalf("applied %d times, handler succeeded %d times; want 1 and 1", applied[id.String()], succeeded)
+	if applied[id.String()] != 1 || succeeded.Load() != 1 {
+		t.Fatalf("applied %d times, handler succeeded %d times; want 1 and 1", applied[id.String()], succeeded.Load())
 	}
-	t.Logf("%d HTTP requests over %d handler calls, all with key %s", len(keys), calls, id)
+	t.Logf("%d HTTP requests over %d handler calls, all with key %s", len(keys), calls.Load(), id)
 }
 
 type env struct {
