@@ -79,6 +79,7 @@ type testEnv struct {
 type envOptions struct {
 	realClock bool
 	options   Options
+	pool      PoolOptions
 }
 
 var scheme = func() *runtime.Scheme {
@@ -155,7 +156,11 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	te.stores = NewPoolCache(PoolOptions{MaxConns: 4, ConnectTimeout: 2 * time.Second})
+	pool := eo.pool
+	if pool.MaxConns == 0 {
+		pool = PoolOptions{MaxConns: 4, ConnectTimeout: 2 * time.Second}
+	}
+	te.stores = NewPoolCache(pool)
 	t.Cleanup(te.stores.Close)
 	opts := eo.options
 	if opts.RetryBase == 0 {

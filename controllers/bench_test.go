@@ -1,0 +1,169 @@
+/*
+Copyright 2026 The idempotency-dev authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/consumer/consumertest"
+)
+
+// TestBenchmarkManyConsumers is the operator's scale benchmark (make bench):
+// OPERATOR_BENCH_OBJECTS (default 300) IdempotentConsumers in one namespace,
+// each with its own table in one PostgreSQL database, reconciled by the
+// production settings (4 workers, 2 connections per database URL, 5m lead).
+// It reports the time until all are Ready, the reconciles per object in the
+// OPERATOR_BENCH_QUIET (default 60s) that follow (the schedule needs none:
+// the next boundary is hours away), and the peak RSS of this test process,
+// which holds the manager (getrusage maxrss; kube-apiserver, etcd and
+// PostgreSQL are child processes and not counted, the test's own client and
+// harness are). The last line of output is `RESULT key=value ...`; with
+// OPERATOR_BENCH_OUT set it is also written to that file.
+func TestBenchmarkManyConsumers(t *testing.T) {
+	if os.Getenv("OPERATOR_BENCH") == "" {
+		t.Skip("set OPERATOR_BENCH=1 to run the operator benchmark")
+	}
+	n := envInt(t, "OPERATOR_BENCH_OBJECTS", 300)
+	quiet := envDuration(t, "OPERATOR_BENCH_QUIET", 60*time.Second)
+	te := startEnv(t, envOptions{
+		realClock: true,
+		options:   Options{RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute, MaxRequeue: 24 * time.Hour},
+		pool:      PoolOptions{MaxConns: 2},
+	})
+	ctx := context.Background()
+	ns := te.namespace(t)
+	te.secret(t, ns, "db", map[string]string{"url": consumertest.DatabaseURL(t)})
+	obj := func(i int) *kafkav1alpha1.IdempotentConsumer {
+		return newConsumer(ns, fmt.Sprintf("c-%04d", i), withTable(fmt.Sprintf("pe_%04d", i)))
+	}
+
+	// Baseline: one object alone.
+	start := time.Now()
+	te.create(t, obj(0))
+	te.waitReady(t, ns, obj(0).Name)
+	single := time.Since(start)
+
+	// All of them.
+	atStart := reconcileCount(t)
+	start = time.Now()
+	for i := 1; i < n; i++ {
+		te.create(t, obj(i))
+	}
+	created := time.Since(start)
+	var ready int
+	deadline := time.Now().Add(15 * time.Minute)
+	for {
+		var list kafkav1alpha1.IdempotentConsumerList
+		if err := te.c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		ready = 0
+		for i := range list.Items {
+			if list.Items[i].IsReady() {
+				ready++
+			}
+		}
+		if ready == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d Ready after 15 minutes", ready, n)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	allReady := time.Since(start)
+	toReady := reconcileCount(t) - atStart
+
+	// The quiet period: only the schedule may wake the reconciler.
+	before := reconcileCount(t)
+	time.Sleep(quiet)
+	after := reconcileCount(t)
+
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	perObject := allReady.Seconds() / float64(n-1)
+	result := fmt.Sprintf("RESULT objects=%d seconds_to_all_ready=%.1f single_object_seconds=%.2f per_object_ms=%.0f vs_single=%.2f create_seconds=%.1f reconciles_per_object_to_ready=%.2f reconciles_per_object_%ds=%.3f peak_rss_mib=%.0f heap_inuse_mib=%.0f",
+		n, allReady.Seconds(), single.Seconds(), perObject*1000, perObject/single.Seconds(), created.Seconds(), toReady/float64(n-1),
+		int(quiet.Seconds()), (after-before)/float64(n), float64(ru.Maxrss)/1024, float64(ms.HeapInuse)/(1<<20))
+	t.Logf("the peak RSS is this test process's (manager + test client + harness), from getrusage maxrss")
+	fmt.Println(result)
+	if out := os.Getenv("OPERATOR_BENCH_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(result+"\n"), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// reconcileCount is controller-runtime's reconcile counter for our controller.
+func reconcileCount(t *testing.T) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == ControllerName {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive integer", name, v)
+		}
+		return n
+	}
+	return def
+}
+
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", name, v, err)
+		}
+		return d
+	}
+	return def
+}
