@@ -84,6 +84,14 @@ bench: ## Run the benchmarks; each prints ratios against a baseline measured in 
 fuzz: ## Run every fuzz target for FUZZTIME (default 60s) each.
 	hack/fuzz.sh
 
+.PHONY: chaos
+chaos: ## Chaos run: 100k events, kill -9s, rebalances, PostgreSQL and broker restarts; checks exactly-once.
+	go run ./hack/chaos $(CHAOS_FLAGS)
+
+.PHONY: demo
+demo: ## Run the whole system locally (control plane, PostgreSQL, broker, operator, consumers) and report.
+	go run ./hack/demo $(DEMO_FLAGS)
+
 ##@ Build
 
 .PHONY: build

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestChaosShort is the short chaos variant in `make test`: separate consumer
+// processes killed with SIGKILL, rebalances, a PostgreSQL crash-restart and a
+// broker restart while events stream in; then every invariant is checked.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: skipped in -short mode")
+	}
+	o := ShortOptions()
+	o.Seed = uint64(time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	res, err := Run(ctx, o, &log)
+	if res != nil {
+		res.Print(&log)
+	}
+	t.Log(log.String())
+	if err != nil {
+		t.Fatalf("chaos run (seed %d): %v", o.Seed, err)
+	}
+	if v := res.Violations(); len(v) > 0 {
+		t.Fatalf("chaos (seed %d) found violations:\n%s", o.Seed, strings.Join(v, "\n"))
+	}
+	if res.Kills < o.Kills || res.PostgresRestarts < 1 || res.BrokerRestarts < 1 {
+		t.Fatalf("the chaos did not happen: kills=%d pg=%d broker=%d", res.Kills, res.PostgresRestarts, res.BrokerRestarts)
+	}
+	if res.DuplicateMessages*5 < res.Messages {
+		t.Fatalf("duplicates %d of %d messages: less than the 20%% the test is meant to have", res.DuplicateMessages, res.Messages)
+	}
+}
