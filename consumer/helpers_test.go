@@ -356,3 +356,13 @@ func mustJSON(v any) string {
 }
 
 var _ = strings.Contains
+
+func newPoolFor(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
