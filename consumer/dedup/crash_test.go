@@ -252,3 +252,59 @@ func TestMaintainerKilledDuringDetach(t *testing.T) {
 		t.Fatalf("advisory lock leaked: %v", err)
 	}
 }
+
+// TestPendingDetachOfKeptPartitionIsReattached: a partition still inside the
+// window left "detach pending" (by someone else's DETACH CONCURRENTLY that
+// was cancelled) is finalized and attached again, so its range accepts
+// inserts once more.
+func TestPendingDetachOfKeptPartitionIsReattached(t *testing.T) {
+	pool := consumertest.NewPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Interval: Hourly}
+	e := newEngine(t, pool, tbl)
+	start := time.Date(2024, 6, 1, 12, 0, 0, 0, time.UTC)
+	const premake, retention = 1, 3 * time.Hour
+	if _, err := e.Maintain(ctx, start, premake, retention); err != nil {
+		t.Fatal(err)
+	}
+	current := PartitionName("processed_event", Hourly, start)
+	reader, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	if _, err := reader.Exec(ctx, "SELECT count(*) FROM processed_event"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not one string: several statements would form a transaction block,
+	// where DETACH CONCURRENTLY is refused. The connection is discarded
+	// afterwards rather than returned with the setting.
+	defer func() { _ = c.Hijack().Close(context.Background()) }()
+	if err := c.Conn().PgConn().Exec(ctx, "SET lock_timeout = 200").Close(); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Conn().PgConn().Exec(ctx, "ALTER TABLE processed_event DETACH PARTITION "+current+" CONCURRENTLY").Close()
+	if !isLockTimeout(err) {
+		t.Fatalf("setup: DETACH CONCURRENTLY behind a reader = %v, want a lock timeout", err)
+	}
+	if err := reader.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := e.Maintain(ctx, start, premake, retention)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Finalized, []string{current}) || !slices.Equal(names(res.Created), []string{current}) || len(res.Dropped) != 0 {
+		t.Fatalf("finalized %v created %v dropped %v, want %s finalized and attached again", res.Finalized, names(res.Created), names(res.Dropped), current)
+	}
+	assertConverged(t, pool, e, start, premake, retention)
+	in, _ := NewInserter(tbl, "g")
+	if r := insertCommit(t, pool, in, idAt(start.Add(time.Minute))); !r.Fresh[0] {
+		t.Fatalf("insert into the re-attached partition: %+v", r)
+	}
+}

@@ -484,6 +484,7 @@ func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, pr
 		if err := e.createPartition(ctx, conn, own, st.Owner, true); err != nil {
 			return err
 		}
+		res.Created = append(res.Created, own)
 	}
 
 	for _, p := range plan.Drop {
