@@ -86,11 +86,13 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 60s) each.
 
 .PHONY: chaos
 chaos: ## Chaos run: 100k events, kill -9s, rebalances, PostgreSQL and broker restarts; checks exactly-once.
-	go run ./hack/chaos $(CHAOS_FLAGS)
+	@go build -o bin/chaos ./hack/chaos
+	bin/chaos $(CHAOS_FLAGS)
 
 .PHONY: demo
 demo: ## Run the whole system locally (control plane, PostgreSQL, broker, operator, consumers) and report.
-	go run ./hack/demo $(DEMO_FLAGS)
+	@go build -o bin/demo ./hack/demo
+	bin/demo $(DEMO_FLAGS)
 
 ##@ Build
 

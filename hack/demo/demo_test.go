@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemoEndToEnd runs the demo's whole path (control plane, PostgreSQL,
+// broker, operator process, consumer processes started from the operator's
+// Deployment) with a smaller workload, and fails if any invariant of the
+// report breaks or anything is left behind.
+func TestDemoEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: skipped in -short mode")
+	}
+	before := leftovers(t)
+	o := defaultOptions()
+	o.Unique = 600
+	o.Timeout = 5 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+	defer cancel()
+	var progress strings.Builder
+	rep, err := Run(ctx, o, &progress)
+	var out strings.Builder
+	if rep != nil {
+		rep.Print(&out)
+	}
+	t.Log(progress.String())
+	t.Log(out.String())
+	if err != nil {
+		t.Fatalf("demo: %v", err)
+	}
+	if problems := rep.Check(); len(problems) > 0 {
+		t.Fatalf("report does not reconcile:\n%s", strings.Join(problems, "\n"))
+	}
+	// The report's own numbers, restated: one business row per unique id,
+	// every bad event dead-lettered, duplicates seen and skipped.
+	if rep.LedgerRows != o.Unique || rep.LedgerTwice != 0 {
+		t.Fatalf("ledger rows %d (twice %d), want %d once each", rep.LedgerRows, rep.LedgerTwice, o.Unique)
+	}
+	if rep.Workload.Duplicates == 0 || sum(rep.DeadLetter) < sum(rep.Workload.Malformed)+rep.Workload.OutsideWindow {
+		t.Fatalf("workload lacked trouble or dead letters went missing: %+v", rep.DeadLetter)
+	}
+	if !strings.Contains(out.String(), "RECONCILED unique=600 rows=600") {
+		t.Fatalf("report lacks the reconciled line:\n%s", out.String())
+	}
+	if after := leftovers(t); len(after) > len(before) {
+		t.Fatalf("demo left temporary directories behind: %v", after)
+	}
+}
+
+func leftovers(t *testing.T) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(os.TempDir(), "icop-demo-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
