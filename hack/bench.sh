@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# bench.sh runs the project's benchmarks. Each measures a baseline in the same
+# run (the machine is shared and noisy, so absolute numbers mean little) and
+# prints one line "RESULT key=value ..." with the ratios; this script prints
+# those lines last, prefixed with the benchmark's name.
+#
+#   make bench                 # all three
+#   BENCH=dedup make bench     # one of: dedup consumer operator
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+which="${BENCH:-dedup consumer operator}"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+run() {
+	local name="$1"; shift
+	echo "bench: $name: $*" >&2
+	local start=$SECONDS
+	if ! "$@" 2>&1 | tee "$out/$name.log" >&2; then
+		echo "bench: $name FAILED" >&2
+		echo "RESULT $name failed=1" >"$out/$name.result"
+		return 1
+	fi
+	grep '^RESULT ' "$out/$name.log" | tail -1 | sed "s/^RESULT /RESULT $name /" >"$out/$name.result" || true
+	echo "bench: $name took $((SECONDS - start))s" >&2
+}
+
+status=0
+for b in $which; do
+	case "$b" in
+	dedup)
+		# Partition drop vs DELETE of 1M rows; batched dedup insert vs single-row inserts.
+		run dedup env DEDUP_BENCH=1 go test ./consumer/dedup/ -run '^TestBenchmarkReport$' -count=1 -v -timeout 30m || status=1 ;;
+	consumer)
+		# The runtime vs one transaction + one offset commit per message; vs no dedup; 50% duplicates; consumer RSS.
+		run consumer env CONSUMER_BENCH=1 go test ./consumer/ -run '^TestBench$' -count=1 -v -timeout 30m || status=1 ;;
+	operator)
+		# 300 IdempotentConsumers against one PostgreSQL: time to Ready, reconciles afterwards, RSS.
+		assets="$(hack/envtest.sh)"
+		run operator env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1 ;;
+	*) echo "bench: unknown benchmark $b (dedup, consumer, operator)" >&2; exit 2 ;;
+	esac
+done
+echo
+cat "$out"/*.result 2>/dev/null || true
+exit $status
