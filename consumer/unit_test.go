@@ -248,3 +248,19 @@ func TestHandlerContext(t *testing.T) {
 		t.Error("EventFromContext did not return the event")
 	}
 }
+
+func FuzzParseTraceparent(f *testing.F) {
+	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	f.Add("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-extra")
+	f.Add("ff-00000000000000000000000000000000-0000000000000000-00")
+	f.Fuzz(func(t *testing.T, s string) {
+		tc, ok := consumer.ParseTraceparent(s)
+		if !ok {
+			return
+		}
+		// A valid header renders back to its first 55 characters.
+		if got := tc.Traceparent(); got != s[:55] {
+			t.Fatalf("ParseTraceparent(%q) renders as %q", s, got)
+		}
+	})
+}
