@@ -71,6 +71,7 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 		err := w.transact(items)
 		if err == nil {
 			c.metrics.txSeconds.Observe(time.Since(start).Seconds())
+			c.health.dbSucceeded()
 			if d := c.health.ok(compDatabase); d > 0 {
 				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
 			}

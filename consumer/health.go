@@ -23,6 +23,20 @@ type health struct {
 	since    map[string]time.Time
 	onChange func(ready bool)
 	last     bool
+	dbOK     time.Time // last committed batch transaction
+}
+
+// dbSucceeded records a committed transaction: proof the database answers.
+func (h *health) dbSucceeded() {
+	h.mu.Lock()
+	h.dbOK = time.Now()
+	h.mu.Unlock()
+}
+
+func (h *health) dbRecentlyOK(within time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return time.Since(h.dbOK) < within
 }
 
 func newHealth(onChange func(bool)) *health {
@@ -119,11 +133,15 @@ func (h *health) alive() bool {
 
 // Ready reports nil when the consumer is in a group generation, its database
 // answers, and its last broker and database operations succeeded; otherwise
-// why not. It pings the database (1s timeout) so that an outage shows even
-// while no events arrive.
+// why not. Unless a batch committed in the last few seconds it pings the
+// database (1s timeout), so that an outage shows even while no events arrive;
+// while batches are committing it doesn't, so a busy pool can't make it flap.
 func (c *Consumer) Ready(ctx context.Context) error {
 	if err := c.health.ready(); err != nil {
 		return err
+	}
+	if c.health.dbRecentlyOK(5 * time.Second) {
+		return nil
 	}
 	c.mu.Lock()
 	pool := c.pool

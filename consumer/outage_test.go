@@ -86,8 +86,9 @@ func TestDatabaseOutage(t *testing.T) {
 	if err := pg.StopServer(); err != nil {
 		t.Fatal(err)
 	}
-	produceN(t, e, 20)
+	// Idle: the readiness ping notices the outage without any batch.
 	waitNotReady(t, r.c, "database")
+	produceN(t, e, 20)
 	waitFor(t, 10*time.Second, "a failed batch", func() (bool, string) {
 		return strings.Contains(e.logBuf.String(), "batch transaction failed"), ""
 	})

@@ -43,7 +43,7 @@ func (w *worker) run(genCtx context.Context) {
 		Topic:          c.cfg.Topic,
 		Partition:      w.partition,
 		Dialer:         c.kafka.dialer,
-		QueueCapacity:  min(max(c.cfg.BatchSize, 100), 1000),
+		QueueCapacity:  100,
 		MinBytes:       1,
 		MaxBytes:       max(c.cfg.Envelope.MaxBytes, 1<<20) + 64<<10,
 		MaxWait:        500 * time.Millisecond,
@@ -97,7 +97,11 @@ func (w *worker) run(genCtx context.Context) {
 	}
 }
 
-// collect fetches up to BatchSize records: it waits for the first without a
+// maxBatchBytes bounds the keys and values one batch holds in memory, so
+// that large records can't multiply into BatchSize times MaxBytes.
+const maxBatchBytes = 16 << 20
+
+// collect fetches up to BatchSize records (and about maxBatchBytes): it waits for the first without a
 // limit, then at most BatchWait for the rest.
 func (w *worker) collect() ([]kafka.Message, error) {
 	first, err := w.reader.FetchMessage(w.genCtx)
@@ -111,12 +115,14 @@ func (w *worker) collect() ([]kafka.Message, error) {
 	}
 	ctx, cancel := context.WithTimeout(w.genCtx, w.c.cfg.BatchWait)
 	defer cancel()
-	for len(batch) < w.c.cfg.BatchSize {
+	size := len(first.Key) + len(first.Value)
+	for len(batch) < w.c.cfg.BatchSize && size < maxBatchBytes {
 		m, err := w.reader.FetchMessage(ctx)
 		if err != nil {
 			break // the wait is over, or the generation ended: process what we have
 		}
 		batch = append(batch, m)
+		size += len(m.Key) + len(m.Value)
 	}
 	return batch, nil
 }
