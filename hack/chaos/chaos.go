@@ -354,10 +354,42 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 
 	step("stopping consumers and checking invariants")
 	consumers.stopAll()
+	// Log hygiene: the consumers ran through database and broker failures
+	// with a password in their database URL; it must appear in no log.
+	if leaks, err := secretInLogs(work, pg.Password()); err != nil {
+		return res, err
+	} else {
+		res.LogsChecked, res.SecretLeaks = leaks.checked, leaks.files
+	}
 	if err := res.verify(ctx, brokers, dbURL, o.Partitions, snapshots); err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+type leakReport struct {
+	checked int
+	files   []string
+}
+
+// secretInLogs lists the *.log files under dir that contain secret.
+func secretInLogs(dir, secret string) (leakReport, error) {
+	var r leakReport
+	logs, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil {
+		return r, err
+	}
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			return r, err
+		}
+		r.checked++
+		if strings.Contains(string(b), secret) {
+			r.files = append(r.files, filepath.Base(l))
+		}
+	}
+	return r, nil
 }
 
 // waitForLedgerCommit polls the ledger until a new row is visible (that is,

@@ -52,6 +52,8 @@ type Result struct {
 	OffsetViolations  []string
 	Snapshots         int
 	PartitionProblems []string
+	LogsChecked       int      // consumer and broker log files scanned for the database password
+	SecretLeaks       []string // log files that contained it
 }
 
 // Violations lists every broken invariant.
@@ -87,6 +89,12 @@ func (r *Result) Violations() []string {
 	if r.Snapshots == 0 {
 		v = append(v, "no committed-offset snapshot was taken")
 	}
+	if r.LogsChecked == 0 {
+		v = append(v, "no log file was checked for secrets")
+	}
+	if len(r.SecretLeaks) > 0 {
+		v = append(v, "the database password appears in logs: "+strings.Join(r.SecretLeaks, ", "))
+	}
 	v = append(v, r.OffsetViolations...)
 	v = append(v, r.PartitionProblems...)
 	return v
@@ -104,7 +112,8 @@ func (r *Result) Print(w io.Writer) {
 		reasons = append(reasons, fmt.Sprintf("%s=%d", k, n))
 	}
 	sort.Strings(reasons)
-	fmt.Fprintf(w, "chaos: dead-lettered %d (%s); %d committed-offset snapshots checked\n", r.DLQ, strings.Join(reasons, " "), r.Snapshots)
+	fmt.Fprintf(w, "chaos: dead-lettered %d (%s); %d committed-offset snapshots checked; %d log files checked for the database password, %d leaked it\n",
+		r.DLQ, strings.Join(reasons, " "), r.Snapshots, r.LogsChecked, len(r.SecretLeaks))
 	fmt.Fprintf(w, "RESULT events=%d unique=%d applied=%d duplicates_applied=%d lost=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d seed=%d\n",
 		r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations), r.Seed)
 }

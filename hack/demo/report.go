@@ -36,6 +36,8 @@ type Report struct {
 	Conditions        []string       // the object's status conditions
 	Table             string
 	Ready             bool
+	LogsChecked       int      // operator and consumer logs scanned for the database password
+	SecretLeaks       []string // logs that contained it
 }
 
 func buildReport(ctx context.Context, k8s client.Client, ic *unstructured.Unstructured, wl *Workload, dbURL string, brokers []string, dlq string, consumers []*consumerProc) (*Report, error) {
@@ -226,6 +228,9 @@ func (r *Report) Check() []string {
 	if len(r.Partitions) == 0 {
 		p = append(p, "the table has no partitions")
 	}
+	if r.LogsChecked == 0 || len(r.SecretLeaks) > 0 {
+		p = append(p, fmt.Sprintf("log hygiene: %d logs checked, the database password appears in %v", r.LogsChecked, r.SecretLeaks))
+	}
 	if !r.Ready {
 		p = append(p, "the IdempotentConsumer is not Ready")
 	}
@@ -262,6 +267,7 @@ func (r *Report) Print(w io.Writer) {
 	for _, p := range r.Partitions {
 		fmt.Fprintf(w, "  %s\n", p)
 	}
+	fmt.Fprintf(w, "logs checked for the database password: %d, leaking: %d\n", r.LogsChecked, len(r.SecretLeaks))
 	fmt.Fprintln(w, "IdempotentConsumer status conditions")
 	for _, c := range r.Conditions {
 		fmt.Fprintf(w, "  %s\n", c)

@@ -207,6 +207,19 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (_ *Report, err 
 	if err != nil {
 		return rep, err
 	}
+	// Log hygiene: the operator and the consumers handled the database URL
+	// (with its password) all along; it must not appear in their logs.
+	logs, _ := filepath.Glob(filepath.Join(work, "*.log"))
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			return rep, err
+		}
+		rep.LogsChecked++
+		if strings.Contains(string(b), pg.Password()) {
+			rep.SecretLeaks = append(rep.SecretLeaks, filepath.Base(l))
+		}
+	}
 	if opts.Hold {
 		rep.Print(os.Stdout)
 		step("holding; press Ctrl-C to stop (kubeconfig: %s)", kubeconfig)
