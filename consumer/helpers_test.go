@@ -213,47 +213,12 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() (bool, stri
 
 // committed returns the group's committed offset per partition (-1 = none).
 func (e *env) committed(ctx context.Context) (map[int]int64, error) {
-	client := &kafka.Client{Addr: kafka.TCP(e.kafka.Brokers()...), Timeout: 10 * time.Second}
-	parts := make([]int, e.parts)
-	for i := range parts {
-		parts[i] = i
-	}
-	resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: e.group, Topics: map[string][]int{e.topic: parts}})
-	if err != nil {
-		return nil, err
-	}
-	if resp.Error != nil {
-		return nil, resp.Error
-	}
-	out := map[int]int64{}
-	for _, p := range resp.Topics[e.topic] {
-		if p.Error != nil {
-			return nil, p.Error
-		}
-		out[p.Partition] = p.CommittedOffset
-	}
-	return out, nil
+	return consumertest.CommittedOffsets(ctx, e.kafka.Brokers(), e.group, e.topic, e.parts)
 }
 
 // highWater returns the end offset of each partition of topic.
 func (e *env) highWater(ctx context.Context, topic string, parts int) (map[int]int64, error) {
-	client := &kafka.Client{Addr: kafka.TCP(e.kafka.Brokers()...), Timeout: 10 * time.Second}
-	req := make([]kafka.OffsetRequest, parts)
-	for i := range req {
-		req[i] = kafka.LastOffsetOf(i)
-	}
-	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}})
-	if err != nil {
-		return nil, err
-	}
-	out := map[int]int64{}
-	for _, p := range resp.Topics[topic] {
-		if p.Error != nil {
-			return nil, p.Error
-		}
-		out[p.Partition] = p.LastOffset
-	}
-	return out, nil
+	return consumertest.EndOffsets(ctx, e.kafka.Brokers(), topic, parts)
 }
 
 // waitCaughtUp waits until the group has committed every partition's end.

@@ -154,3 +154,71 @@ func WaitForBroker(ctx context.Context, addr string) error {
 		}
 	}
 }
+
+// EndOffsets returns the end offset (the offset the next record will get) of
+// partitions 0..partitions-1 of topic.
+func EndOffsets(ctx context.Context, brokers []string, topic string, partitions int) (map[int]int64, error) {
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	req := make([]kafka.OffsetRequest, partitions)
+	for i := range req {
+		req[i] = kafka.LastOffsetOf(i)
+	}
+	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}})
+	if err != nil {
+		return nil, fmt.Errorf("listing end offsets of %s: %w", topic, err)
+	}
+	out := map[int]int64{}
+	for _, p := range resp.Topics[topic] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("listing end offsets of %s/%d: %w", topic, p.Partition, p.Error)
+		}
+		out[p.Partition] = p.LastOffset
+	}
+	return out, nil
+}
+
+// CommittedOffsets returns the group's committed offset for partitions
+// 0..partitions-1 of topic; -1 where the group has committed none.
+func CommittedOffsets(ctx context.Context, brokers []string, group, topic string, partitions int) (map[int]int64, error) {
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	parts := make([]int, partitions)
+	for i := range parts {
+		parts[i] = i
+	}
+	resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+	if err != nil {
+		return nil, fmt.Errorf("fetching offsets of group %s: %w", group, err)
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("fetching offsets of group %s: %w", group, resp.Error)
+	}
+	out := map[int]int64{}
+	for _, p := range resp.Topics[topic] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("fetching offsets of group %s for %s/%d: %w", group, topic, p.Partition, p.Error)
+		}
+		out[p.Partition] = p.CommittedOffset
+	}
+	return out, nil
+}
+
+// GroupLag is the sum over partitions 0..partitions-1 of topic of the end
+// offset minus the group's committed offset (a partition without a commit
+// counts from 0).
+func GroupLag(ctx context.Context, brokers []string, group, topic string, partitions int) (int64, error) {
+	ends, err := EndOffsets(ctx, brokers, topic, partitions)
+	if err != nil {
+		return 0, err
+	}
+	committed, err := CommittedOffsets(ctx, brokers, group, topic, partitions)
+	if err != nil {
+		return 0, err
+	}
+	var lag int64
+	for p, end := range ends {
+		if d := end - max(committed[p], 0); d > 0 {
+			lag += d
+		}
+	}
+	return lag, nil
+}

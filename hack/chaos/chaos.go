@@ -215,9 +215,8 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	var snapshots []offsetSnapshot
 	var snapMu sync.Mutex
 	wg.Go(func() { // committed-offset snapshots, checked against the ledger at the end
-		cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
 		for runCtx.Err() == nil {
-			if s, err := snapshotOffsets(runCtx, cl, o.Partitions); err == nil {
+			if s, err := snapshotOffsets(runCtx, brokers, o.Partitions); err == nil {
 				snapMu.Lock()
 				snapshots = append(snapshots, s)
 				snapMu.Unlock()

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/idempotency-dev/operator/consumer/consumertest"
 	"github.com/idempotency-dev/operator/consumer/envvars"
 	"github.com/idempotency-dev/operator/hack/internal/proc"
@@ -115,25 +113,18 @@ type offsetSnapshot struct {
 	offsets map[int]int64
 }
 
-func snapshotOffsets(ctx context.Context, cl *kafka.Client, partitions int) (offsetSnapshot, error) {
+func snapshotOffsets(ctx context.Context, brokers []string, partitions int) (offsetSnapshot, error) {
 	// The instant is taken before the request: anything committed in the
 	// database before the broker recorded these offsets is before "at" too.
 	at := time.Now()
-	parts := make([]int, partitions)
-	for i := range parts {
-		parts[i] = i
-	}
-	resp, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+	offs, err := consumertest.CommittedOffsets(ctx, brokers, group, topic, partitions)
 	if err != nil {
 		return offsetSnapshot{}, err
 	}
-	if resp.Error != nil {
-		return offsetSnapshot{}, resp.Error
-	}
 	s := offsetSnapshot{at: at, offsets: map[int]int64{}}
-	for _, p := range resp.Topics[topic] {
-		if p.Error == nil && p.CommittedOffset >= 0 {
-			s.offsets[p.Partition] = p.CommittedOffset
+	for p, o := range offs {
+		if o >= 0 {
+			s.offsets[p] = o
 		}
 	}
 	return s, nil
@@ -141,26 +132,15 @@ func snapshotOffsets(ctx context.Context, cl *kafka.Client, partitions int) (off
 
 // waitForLagZero waits until the committed offsets reach the end of every partition.
 func waitForLagZero(ctx context.Context, brokers []string, partitions int, timeout time.Duration, f *fleet) error {
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
 	deadline := time.Now().Add(timeout)
 	lag := int64(-1)
 	for time.Now().Before(deadline) {
 		if p := f.crashed(); p != nil {
 			return fmt.Errorf("consumer %s exited on its own: %v\n%s", p.Name, p.Err(), p.TailLog(30))
 		}
-		ends, err := endOffsets(ctx, cl, partitions)
-		if err == nil {
-			s, err := snapshotOffsets(ctx, cl, partitions)
-			if err == nil {
-				lag = 0
-				for p, end := range ends {
-					if d := end - s.offsets[p]; d > 0 {
-						lag += d
-					}
-				}
-				if lag == 0 {
-					return nil
-				}
+		if l, err := consumertest.GroupLag(ctx, brokers, group, topic, partitions); err == nil {
+			if lag = l; lag == 0 {
+				return nil
 			}
 		}
 		if !sleepCtx(ctx, 250*time.Millisecond) {
@@ -168,23 +148,4 @@ func waitForLagZero(ctx context.Context, brokers []string, partitions int, timeo
 		}
 	}
 	return fmt.Errorf("consumer lag still %d after %s", lag, timeout)
-}
-
-func endOffsets(ctx context.Context, cl *kafka.Client, partitions int) (map[int]int64, error) {
-	var reqs []kafka.OffsetRequest
-	for p := range partitions {
-		reqs = append(reqs, kafka.LastOffsetOf(p))
-	}
-	resp, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		return nil, err
-	}
-	out := map[int]int64{}
-	for _, p := range resp.Topics[topic] {
-		if p.Error != nil {
-			return nil, p.Error
-		}
-		out[p.Partition] = p.LastOffset
-	}
-	return out, nil
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/segmentio/kafka-go"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -195,7 +194,7 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (_ *Report, err 
 	}
 	step("produced %d messages (%d unique valid ids); waiting for the consumers to catch up", wl.Produced, wl.Unique)
 
-	if err := waitForCatchUp(ctx, brokers, topic, group, consumers); err != nil {
+	if err := waitForCatchUp(ctx, brokers, topic, group, opts.Partitions, consumers); err != nil {
 		return nil, err
 	}
 
@@ -560,12 +559,11 @@ func waitForCondition(ctx context.Context, k8s client.Client, ic *unstructured.U
 
 // waitForCatchUp waits until the group's committed offsets reach the end of
 // every partition, i.e. consumer lag is zero.
-func waitForCatchUp(ctx context.Context, brokers []string, topic, group string, consumers []*consumerProc) error {
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+func waitForCatchUp(ctx context.Context, brokers []string, topic, group string, partitions int, consumers []*consumerProc) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	var lastLag int64 = -1
 	for time.Now().Before(deadline) {
-		lag, err := groupLag(ctx, cl, topic, group)
+		lag, err := consumertest.GroupLag(ctx, brokers, group, topic, partitions)
 		if err == nil && lag == 0 {
 			return nil
 		}
@@ -584,43 +582,4 @@ func waitForCatchUp(ctx context.Context, brokers []string, topic, group string, 
 		}
 	}
 	return fmt.Errorf("consumers did not catch up within 5 minutes (lag %d)", lastLag)
-}
-
-func groupLag(ctx context.Context, cl *kafka.Client, topic, group string) (int64, error) {
-	meta, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return 0, err
-	}
-	if len(meta.Topics) != 1 {
-		return 0, fmt.Errorf("topic %s not found", topic)
-	}
-	var reqs []kafka.OffsetRequest
-	var parts []int
-	for _, p := range meta.Topics[0].Partitions {
-		reqs = append(reqs, kafka.LastOffsetOf(p.ID))
-		parts = append(parts, p.ID)
-	}
-	ends, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		return 0, err
-	}
-	committed, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
-	if err != nil {
-		return 0, err
-	}
-	commit := map[int]int64{}
-	for _, p := range committed.Topics[topic] {
-		commit[p.Partition] = p.CommittedOffset
-	}
-	var lag int64
-	for _, p := range ends.Topics[topic] {
-		c := commit[p.Partition]
-		if c < 0 {
-			c = 0
-		}
-		if d := p.LastOffset - c; d > 0 {
-			lag += d
-		}
-	}
-	return lag, nil
 }
