@@ -70,10 +70,12 @@ type Config struct {
 	// IDColumn holds the event id (type uuid); default event_id.
 	IDColumn string
 	// GroupColumn holds the consumer group (any text type). Empty means
-	// consumer_group if the legacy table has that column, else none.
+	// consumer_group if the legacy table has that column, else none; "-"
+	// means none (every row gets Group, e.g. when the group id changes).
 	GroupColumn string
 	// ProcessedAtColumn holds the processing time (timestamptz, timestamp
-	// or date). Empty means processed_at if present, else the copy time.
+	// or date). Empty means processed_at if present, else the copy time;
+	// "-" means the copy time.
 	ProcessedAtColumn string
 	// Group is the consumer group recorded for rows without one: required
 	// when the legacy table has no group column.
@@ -422,6 +424,9 @@ SELECT a.attname::text, a.atttypid::regtype::text,
 
 	pick := func(explicit, dflt, what string, types ...string) (string, error) {
 		name := explicit
+		if name == "-" {
+			return "", nil
+		}
 		if name == "" {
 			if _, ok := cols[dflt]; !ok {
 				return "", nil

@@ -455,6 +455,30 @@ func TestMigrateResumesAfterRename(t *testing.T) {
 	assertDuplicates(t, pool, tbl, "g", in)
 }
 
+// TestMigrateOverrideGroup records every row under a new group id and the
+// copy time, ignoring the legacy table's group and time columns ("-").
+func TestMigrateOverrideGroup(t *testing.T) {
+	ctx := testCtx(t)
+	pool := consumertest.NewPool(t)
+	now := time.Now().UTC()
+	exec(t, pool, `CREATE TABLE processed_event (event_id uuid PRIMARY KEY, consumer_group text, processed_at timestamptz)`)
+	rows := population(now, 1, 10, "renamed-group")
+	for _, r := range rows {
+		exec(t, pool, `INSERT INTO processed_event VALUES ($1, 'old-group', '2001-01-01')`, r.id)
+	}
+	tbl := dedup.Table{}
+	rep, err := migrate.Run(ctx, pool, migrate.Config{Table: tbl, Owner: owner, Group: "renamed-group",
+		GroupColumn: "-", ProcessedAtColumn: "-", Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := classify(rows, rep.Window)
+	assertDuplicates(t, pool, tbl, "renamed-group", in)
+	if n := scalar[int64](t, pool, `SELECT count(*) FROM processed_event WHERE consumer_group <> 'renamed-group' OR processed_at < now() - interval '1 hour'`); n != 0 {
+		t.Errorf("%d rows kept the legacy group or time", n)
+	}
+}
+
 func TestMigrateRefusals(t *testing.T) {
 	ctx := testCtx(t)
 	pool := consumertest.NewPool(t)
