@@ -63,7 +63,7 @@ func TestPostgresRestartKeepsData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pg.Stop()
+	defer func() { _ = pg.Stop() }()
 	ctx := context.Background()
 	exec := func(sql string) error {
 		conn, err := pgx.Connect(ctx, pg.URL("postgres"))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -262,7 +263,7 @@ func applySample(ctx context.Context, k8s client.Client, path string, brokers []
 	for {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			return nil, fmt.Errorf("decoding sample: %w", err)

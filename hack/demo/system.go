@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -47,7 +48,7 @@ func renderCRDs(root string) ([]*apiextensionsv1.CustomResourceDefinition, error
 	for {
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		if err := dec.Decode(crd); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			return nil, fmt.Errorf("decoding rendered CRDs: %w", err)

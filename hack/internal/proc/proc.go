@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -132,7 +133,11 @@ func (p *Process) WaitForLine(ctx context.Context, prefix string, timeout time.D
 			}
 		}
 		if p.Exited() {
-			return "", fmt.Errorf("%s exited: %v\n%s", p.Name, p.err, p.TailLog(20))
+			exit := p.err
+			if exit == nil {
+				exit = errors.New("exit status 0")
+			}
+			return "", fmt.Errorf("%s exited before printing %q: %w\n%s", p.Name, prefix, exit, p.TailLog(20))
 		}
 		select {
 		case <-ctx.Done():
