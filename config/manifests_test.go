@@ -215,7 +215,8 @@ func TestDefaultOverlay(t *testing.T) {
 	}
 
 	// Least privilege: the manager reads Secrets, never writes them, and
-	// touches nothing outside its own API, Deployments and Events.
+	// touches nothing outside its own API, Deployments, Events and the KEDA
+	// objects of spec.autoscaling (no list or watch: it reads them by name).
 	role := typed(t, find(objs, "ClusterRole", prefix+"manager-role"), &rbacv1.ClusterRole{})
 	allowed := map[string][]string{
 		"/secrets":             {"get", "list", "watch"},
@@ -224,6 +225,8 @@ func TestDefaultOverlay(t *testing.T) {
 		"kafka.idempotency.dev/idempotentconsumers":            {"get", "list", "patch", "update", "watch"},
 		"kafka.idempotency.dev/idempotentconsumers/status":     {"get", "patch", "update"},
 		"kafka.idempotency.dev/idempotentconsumers/finalizers": {"update"},
+		"keda.sh/scaledobjects":                                {"create", "delete", "get", "patch"},
+		"keda.sh/triggerauthentications":                       {"create", "delete", "get", "patch"},
 	}
 	for _, rule := range role.Rules {
 		for _, g := range rule.APIGroups {

@@ -17,6 +17,7 @@ limitations under the License.
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -84,15 +86,22 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 			return nil
 		}
 	}
-	desired := BuildDeployment(obj, BuildOptions{DefaultImage: r.Options.ConsumerImage, ConfigHash: configHash(values)})
+	desired := BuildDeployment(obj, BuildOptions{DefaultImage: r.Options.ConsumerImage, ConfigHash: configHash(values), Autoscaled: s.autoscale})
 	if prob != nil && current != nil {
 		// Keep the pods running on the old credentials until the Secret is fixed.
 		desired.Spec.Template.Annotations[AnnotationConfigHash] = current.Spec.Template.Annotations[AnnotationConfigHash]
 		desired.Annotations[AnnotationSpecHash] = specHash(desired)
 	}
 
-	if current == nil || current.Annotations[AnnotationSpecHash] != desired.Annotations[AnnotationSpecHash] ||
-		current.Spec.Replicas == nil || *current.Spec.Replicas != *desired.Spec.Replicas {
+	// Replicas are compared besides the hash: kubectl scale on the
+	// Deployment is reverted at once, unless KEDA owns the count.
+	replicasDrifted := !s.autoscale && (current == nil || current.Spec.Replicas == nil || *current.Spec.Replicas != *desired.Spec.Replicas)
+	if current == nil || current.Annotations[AnnotationSpecHash] != desired.Annotations[AnnotationSpecHash] || replicasDrifted {
+		if s.autoscale && current != nil && current.Spec.Replicas != nil && ownsReplicas(current) {
+			if err := r.handOverReplicas(ctx, current); err != nil {
+				return err
+			}
+		}
 		applied, err := r.applyDeployment(ctx, desired)
 		if err != nil {
 			return err
@@ -103,11 +112,16 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 		current = applied
 	}
 
+	s.deploymentExists = true
 	obj.Status.Replicas = current.Status.Replicas
 	obj.Status.ReadyReplicas = current.Status.ReadyReplicas
 	obj.Status.Selector = metav1.FormatLabelSelector(desired.Spec.Selector)
 	if prob == nil {
-		r.consumerStatus(s, current)
+		want := obj.Replicas()
+		if s.autoscale {
+			want = ptr.Deref(current.Spec.Replicas, 1)
+		}
+		r.consumerStatus(s, current, want)
 	}
 	return nil
 }
@@ -121,11 +135,10 @@ func (r *IdempotentConsumerReconciler) readConsumerSecrets(ctx context.Context, 
 			values = append(values, s.databaseURL)
 			continue
 		}
-		v, prob, err := r.readSecretKey(ctx, s.obj.Namespace, ref)
+		v, prob, err := r.secretKey(ctx, s, ref)
 		if err != nil || prob != nil {
 			return nil, prob, err
 		}
-		s.addSecret(v.value, false)
 		values = append(values, v)
 	}
 	return values, nil, nil
@@ -160,10 +173,40 @@ func (r *IdempotentConsumerReconciler) applyDeployment(ctx context.Context, desi
 	return applied, nil
 }
 
+// handoverFieldOwner co-owns spec.replicas of a Deployment for the moment
+// the operator lets go of it (see handOverReplicas).
+const handoverFieldOwner = FieldOwner + "-handover"
+
+// ownsReplicas reports whether the operator's apply owns spec.replicas.
+func ownsReplicas(dep *appsv1.Deployment) bool {
+	for _, mf := range dep.ManagedFields {
+		if mf.Manager == FieldOwner && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Subresource == "" &&
+			mf.FieldsV1 != nil && bytes.Contains(mf.FieldsV1.Raw, []byte(`"f:replicas"`)) {
+			return true
+		}
+	}
+	return false
+}
+
+// handOverReplicas keeps the current replica count when KEDA takes over. An
+// apply that drops a field its manager alone owned deletes it (the count
+// would fall back to 1 until KEDA acts), so another field manager first
+// applies the same count; KEDA's HPA takes the field from it on its first
+// scale.
+func (r *IdempotentConsumerReconciler) handOverReplicas(ctx context.Context, current *appsv1.Deployment) error {
+	ac := appsv1ac.Deployment(current.Name, current.Namespace).
+		WithSpec(appsv1ac.DeploymentSpec().WithReplicas(*current.Spec.Replicas))
+	if err := r.Client.Apply(ctx, ac, client.FieldOwner(handoverFieldOwner)); err != nil {
+		return fmt.Errorf("handing the replica count of Deployment %s over to KEDA: %w", current.Name, err)
+	}
+	return nil
+}
+
 // consumerStatus derives ConsumerReady from the Deployment's status.
-func (r *IdempotentConsumerReconciler) consumerStatus(s *reconcileState, dep *appsv1.Deployment) {
+// want is the replica count asked for: spec.consumer.replicas, or KEDA's
+// choice when it scales the consumer.
+func (r *IdempotentConsumerReconciler) consumerStatus(s *reconcileState, dep *appsv1.Deployment, want int32) {
 	obj := s.obj
-	want := obj.Replicas()
 	set := func(status metav1.ConditionStatus, reason, msg string) {
 		obj.SetCondition(kafkav1alpha1.ConditionConsumerReady, status, reason, msg)
 	}

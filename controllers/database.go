@@ -122,6 +122,24 @@ func (r *IdempotentConsumerReconciler) readSecretKey(ctx context.Context, namesp
 	return secretValue{ref: ref, value: string(v), resourceVersion: secret.ResourceVersion}, nil, nil
 }
 
+// secretKey reads a Secret key once per reconcile and remembers its value
+// for scrubbing.
+func (r *IdempotentConsumerReconciler) secretKey(ctx context.Context, s *reconcileState, ref kafkav1alpha1.SecretKeyRef) (secretValue, *problem, error) {
+	if v, ok := s.secretValues[ref]; ok {
+		return v, nil, nil
+	}
+	v, prob, err := r.readSecretKey(ctx, s.obj.Namespace, ref)
+	if err != nil || prob != nil {
+		return v, prob, err
+	}
+	if s.secretValues == nil {
+		s.secretValues = map[kafkav1alpha1.SecretKeyRef]secretValue{}
+	}
+	s.secretValues[ref] = v
+	s.addSecret(v.value, false)
+	return v, nil, nil
+}
+
 // databaseNotReady records a database problem; stalled problems need a
 // change by someone, transient ones may pass on retry.
 func (r *IdempotentConsumerReconciler) databaseNotReady(ctx context.Context, s *reconcileState, reason, message string, transient bool) {

@@ -92,6 +92,9 @@ type BuildOptions struct {
 	DefaultImage string
 	// ConfigHash goes into the pod template (see AnnotationConfigHash).
 	ConfigHash string
+	// Autoscaled leaves spec.replicas out: KEDA's HPA owns it, and the
+	// operator's server-side apply must not fight it.
+	Autoscaled bool
 }
 
 // BuildDeployment returns the consumer Deployment for obj. It is a pure
@@ -241,6 +244,9 @@ func BuildDeployment(obj *kafkav1alpha1.IdempotentConsumer, opts BuildOptions) *
 			},
 		},
 	}
+	if opts.Autoscaled {
+		dep.Spec.Replicas = nil
+	}
 	dep.Annotations = map[string]string{AnnotationSpecHash: specHash(dep)}
 	return dep
 }
@@ -355,17 +361,7 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 // secretRefs lists every Secret key an object references: the database URL
 // first, then Kafka TLS and SASL, then the HTTP sink's authorization.
 func secretRefs(obj *kafkav1alpha1.IdempotentConsumer) []kafkav1alpha1.SecretKeyRef {
-	refs := []kafkav1alpha1.SecretKeyRef{obj.Spec.Database.URLSecretRef}
-	if t := obj.Spec.Kafka.TLS; t != nil {
-		for _, r := range []*kafkav1alpha1.SecretKeyRef{t.CASecretRef, t.ClientCertSecretRef, t.ClientKeySecretRef} {
-			if r != nil {
-				refs = append(refs, *r)
-			}
-		}
-	}
-	if s := obj.Spec.Kafka.SASL; s != nil {
-		refs = append(refs, s.UsernameSecretRef, s.PasswordSecretRef)
-	}
+	refs := append([]kafkav1alpha1.SecretKeyRef{obj.Spec.Database.URLSecretRef}, kafkaSecretRefs(obj)...)
 	if h := obj.Spec.Consumer.Sink.HTTP; h != nil && h.AuthorizationSecretRef != nil {
 		refs = append(refs, *h.AuthorizationSecretRef)
 	}

@@ -58,6 +58,11 @@ func TestOperator(t *testing.T) {
 	t.Run("Failures", func(t *testing.T) { testFailures(t, te) })
 	t.Run("Deletion", func(t *testing.T) { testDeletion(t, te) })
 	t.Run("Suspend", func(t *testing.T) { testSuspend(t, te) })
+	// The ones below move the clock past Options.TopicRefresh.
+	t.Run("KStatus", func(t *testing.T) { testKStatus(t, te) })
+	t.Run("NoGitOpsDrift", func(t *testing.T) { testNoGitOpsDrift(t, te) })
+	t.Run("TopicRetention", func(t *testing.T) { testTopicRetention(t, te) })
+	t.Run("Autoscaling", func(t *testing.T) { testAutoscaling(t, te) })
 }
 
 // loadSample reads the IdempotentConsumer from a file in config/samples.

@@ -23,6 +23,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -66,6 +67,13 @@ type Options struct {
 	DatabaseTimeout time.Duration
 	// MaxConcurrentReconciles; default 4.
 	MaxConcurrentReconciles int
+	// TopicRefresh is how long what the brokers said about an object's topics
+	// is reused, and how long "KEDA is not installed" is believed, before the
+	// next reconcile asks again; default 5m. It schedules no reconcile of its
+	// own.
+	TopicRefresh time.Duration
+	// KafkaTimeout bounds one look at the brokers; default 10s.
+	KafkaTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -93,6 +101,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = 4
 	}
+	if o.TopicRefresh <= 0 {
+		o.TopicRefresh = 5 * time.Minute
+	}
+	if o.KafkaTimeout <= 0 {
+		o.KafkaTimeout = 10 * time.Second
+	}
 	return o
 }
 
@@ -109,10 +123,15 @@ type IdempotentConsumerReconciler struct {
 	Recorder events.EventRecorder
 	// Clock is injectable so tests can move time past partition boundaries.
 	Clock clock.PassiveClock
+	// Topics reads topic metadata and configuration from the brokers; nil
+	// means KafkaAdmin with Options.KafkaTimeout.
+	Topics TopicInspector
 	// Options are the tunables.
 	Options Options
 
-	backoff *backoff
+	backoff    *backoff
+	topicCache topicCache
+	keda       kedaDetector
 }
 
 // +kubebuilder:rbac:groups=kafka.idempotency.dev,resources=idempotentconsumers,verbs=get;list;watch;update;patch
@@ -152,7 +171,10 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 	for _, phase := range []func(context.Context, *reconcileState) error{
 		r.reconcileDatabase,
 		r.reconcilePartitions,
+		r.decideAutoscaling,
+		r.reconcileTopics,
 		r.reconcileDeployment,
+		r.reconcileAutoscaling,
 	} {
 		if err := phase(ctx, s); err != nil {
 			return ctrl.Result{}, err
@@ -176,6 +198,17 @@ type reconcileState struct {
 	progressing  *problem // a wait that is neither (rollout in progress)
 	partitionsOK bool
 	consumerOK   bool
+
+	// secretValues are the Secret keys read this reconcile.
+	secretValues map[kafkav1alpha1.SecretKeyRef]secretValue
+	// topicPartitions is the topic's partition count, 0 when unknown.
+	topicPartitions int32
+	// autoscale: KEDA owns the Deployment's replica count this reconcile;
+	// scaledObject is the ScaledObject as read before applying.
+	autoscale    bool
+	scaledObject *unstructured.Unstructured
+	// deploymentExists: the consumer Deployment exists after this reconcile.
+	deploymentExists bool
 
 	// requeueAfter is the soonest wake-up any phase asked for; 0 means none.
 	requeueAfter time.Duration
@@ -229,6 +262,9 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		return fmt.Errorf("setting up the %s controller: no StoreOpener", ControllerName)
 	}
 	r.backoff = newBackoff(r.Options.RetryBase, r.Options.RetryMax)
+	if r.Topics == nil {
+		r.Topics = KafkaAdmin{Timeout: r.Options.KafkaTimeout}
+	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kafkav1alpha1.IdempotentConsumer{},
 		secretRefIndex, indexSecretRefs); err != nil {
 		return fmt.Errorf("indexing IdempotentConsumers by Secret: %w", err)
@@ -311,5 +347,6 @@ func (r *IdempotentConsumerReconciler) forget(key types.NamespacedName) {
 	if r.backoff != nil {
 		r.backoff.reset(key)
 	}
+	r.topicCache.forget(key)
 	forgetObjectMetrics(key)
 }

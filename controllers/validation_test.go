@@ -151,6 +151,13 @@ func testInvalidObjectsRejected(t *testing.T, te *testEnv) {
 		{"sink None with the default image", []func(map[string]any){set("spec.consumer.sink", map[string]any{"type": "None"})}, "sink type None needs a custom image"},
 		{"negative replicas", []func(map[string]any){set("spec.consumer.replicas", int64(-1))}, "spec.consumer.replicas"},
 		{"batch wait too long", []func(map[string]any){set("spec.consumer.batch", map[string]any{"maxWait": "5m"})}, "maxWait must be at most 1m"},
+		// Autoscaling.
+		{"autoscaling max below min", []func(map[string]any){set("spec.autoscaling", map[string]any{"enabled": true, "minReplicas": int64(4), "maxReplicas": int64(2)})}, "maxReplicas must be at least minReplicas"},
+		{"autoscaling without max", []func(map[string]any){set("spec.autoscaling", map[string]any{"enabled": true})}, "spec.autoscaling.maxReplicas: Required value"},
+		{"autoscaling without enabled", []func(map[string]any){set("spec.autoscaling", map[string]any{"maxReplicas": int64(2)})}, "spec.autoscaling.enabled: Required value"},
+		{"autoscaling zero lag threshold", []func(map[string]any){set("spec.autoscaling", map[string]any{"enabled": true, "maxReplicas": int64(2), "lagThreshold": int64(0)})}, "spec.autoscaling.lagThreshold"},
+		{"autoscaling negative min", []func(map[string]any){set("spec.autoscaling", map[string]any{"enabled": true, "maxReplicas": int64(2), "minReplicas": int64(-1)})}, "spec.autoscaling.minReplicas"},
+		{"autoscaling max too high", []func(map[string]any){set("spec.autoscaling", map[string]any{"enabled": true, "maxReplicas": int64(5000)})}, "spec.autoscaling.maxReplicas"},
 		{"unknown deletion policy", []func(map[string]any){set("spec.deletionPolicy", "Orphan")}, `Unsupported value: "Orphan"`},
 		{"name too long", []func(map[string]any){set("metadata.name", strings.Repeat("n", 64))}, "metadata.name must be at most 63 characters"},
 	}

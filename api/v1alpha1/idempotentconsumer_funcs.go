@@ -42,6 +42,23 @@ const (
 	// ConditionStalled (kstatus, abnormal-true): the operator cannot make
 	// progress without a change to the object, its Secret or the database.
 	ConditionStalled = "Stalled"
+
+	// The warnings below never change Ready, Reconciling or Stalled: a
+	// broker the operator cannot reach, or a missing KEDA, does not stop the
+	// table, its partitions or the consumer.
+
+	// ConditionTopicRetentionCovered: the dedup retention is at least the
+	// retention of the topic and of the dead-letter topic, so a replay of
+	// anything Kafka still holds is deduplicated. Unknown when the brokers
+	// could not tell.
+	ConditionTopicRetentionCovered = "TopicRetentionCovered"
+	// ConditionReplicasWithinPartitions: the consumer runs no more replicas
+	// than the topic has partitions (a replica beyond that sits idle).
+	// Unknown when the brokers could not tell.
+	ConditionReplicasWithinPartitions = "ReplicasWithinPartitions"
+	// ConditionAutoscalingReady: present only with spec.autoscaling; True
+	// when the KEDA ScaledObject is applied.
+	ConditionAutoscalingReady = "AutoscalingReady"
 )
 
 // Condition reasons. Each failure has its own, so alerts and kubectl output
@@ -84,6 +101,25 @@ const (
 	// Reconciling.
 	ReasonProgressing = "Progressing"
 	ReasonRetrying    = "Retrying"
+
+	// TopicRetentionCovered and ReplicasWithinPartitions.
+	ReasonRetentionCovered          = "DedupRetentionCoversTopic"
+	ReasonRetentionShorterThanTopic = "DedupRetentionShorterThanTopic"
+	ReasonRetentionShorterThanDLQ   = "DedupRetentionShorterThanDeadLetterTopic"
+	ReasonReplicasWithinPartitions  = "ReplicasWithinPartitions"
+	ReasonReplicasExceedPartitions  = "ReplicasExceedPartitions"
+	ReasonBrokerUnreachable         = "BrokerUnreachable"
+	ReasonKafkaAuthFailed           = "KafkaAuthenticationFailed"
+	ReasonTopicNotFound             = "TopicNotFound"
+	ReasonTopicAccessDenied         = "TopicAccessDenied"
+	ReasonTopicRetentionUnknown     = "TopicRetentionUnknown"
+	ReasonInvalidKafkaCredentials   = "InvalidKafkaCredentials"
+
+	// AutoscalingReady.
+	ReasonScaledObjectApplied  = "ScaledObjectApplied"
+	ReasonScaledObjectNotReady = "ScaledObjectNotReady"
+	ReasonKEDANotInstalled     = "KEDANotInstalled"
+	ReasonScaledObjectConflict = "ScaledObjectNotOwned"
 )
 
 // Defaults, mirrored by the CRD's default markers; the getters below apply
@@ -97,6 +133,8 @@ const (
 	DefaultBatchMaxWait   = 200 * time.Millisecond
 	DefaultHTTPTimeout    = 10 * time.Second
 	DefaultDeadLetterSufx = ".dlq"
+	DefaultMinReplicas    = 1
+	DefaultLagThreshold   = 1000
 )
 
 // SetCondition sets one condition, with the object's generation as its
@@ -201,6 +239,27 @@ func (c *IdempotentConsumer) Replicas() int32 {
 		return 1
 	}
 	return *c.Spec.Consumer.Replicas
+}
+
+// Autoscaled reports whether spec.autoscaling asks for KEDA.
+func (c *IdempotentConsumer) Autoscaled() bool {
+	return c.Spec.Autoscaling != nil && c.Spec.Autoscaling.Enabled
+}
+
+// MinReplicasOrDefault is spec.autoscaling.minReplicas or its default (1).
+func (a *AutoscalingSpec) MinReplicasOrDefault() int32 {
+	if a.MinReplicas == nil {
+		return DefaultMinReplicas
+	}
+	return *a.MinReplicas
+}
+
+// LagThresholdOrDefault is spec.autoscaling.lagThreshold or its default.
+func (a *AutoscalingSpec) LagThresholdOrDefault() int64 {
+	if a.LagThreshold == nil || *a.LagThreshold <= 0 {
+		return DefaultLagThreshold
+	}
+	return *a.LagThreshold
 }
 
 // BatchMaxMessages is spec.consumer.batch.maxMessages or its default.

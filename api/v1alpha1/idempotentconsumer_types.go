@@ -149,6 +149,74 @@ type IdempotentConsumerSpec struct {
 	// runs the table out of premade partitions. Deletion is still honoured.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// autoscaling lets KEDA scale the consumer Deployment on the consumer
+	// group's lag. It needs KEDA (2.13 or later) in the cluster: the operator
+	// then creates a ScaledObject and leaves the Deployment's replica count to
+	// it, and spec.consumer.replicas is ignored. Without KEDA the condition
+	// AutoscalingReady says so and spec.consumer.replicas (and the scale
+	// subresource) keep working.
+	// +optional
+	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
+}
+
+// AutoscalingSpec configures a KEDA ScaledObject with a Kafka trigger on the
+// consumer group's lag.
+// +kubebuilder:validation:XValidation:rule="self.maxReplicas >= (has(self.minReplicas) ? self.minReplicas : 1)",message="maxReplicas must be at least minReplicas (default 1)"
+type AutoscalingSpec struct {
+	// enabled turns autoscaling on. False keeps the settings but runs
+	// spec.consumer.replicas, and removes the ScaledObject.
+	// +required
+	Enabled bool `json:"enabled"`
+
+	// minReplicas is the fewest consumer pods. 0 lets KEDA scale the consumer
+	// to zero while the group has no lag (see activationLagThreshold).
+	// Default 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	MinReplicas *int32 `json:"minReplicas,omitempty"`
+
+	// maxReplicas is the most consumer pods. The operator caps it at the
+	// topic's partition count when it knows it (a consumer beyond that count
+	// would sit idle).
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxReplicas int32 `json:"maxReplicas"`
+
+	// lagThreshold is the target lag per replica: KEDA runs about
+	// total lag / lagThreshold replicas (KEDA's Kafka trigger lagThreshold).
+	// Default 1000, two batches of the default batch size.
+	// +optional
+	// +kubebuilder:default=1000
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	LagThreshold *int64 `json:"lagThreshold,omitempty"`
+
+	// activationLagThreshold is the lag above which a consumer scaled to zero
+	// is started again (KEDA's activationLagThreshold). Only with
+	// minReplicas 0. Default 0: any lag starts it.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000
+	ActivationLagThreshold *int64 `json:"activationLagThreshold,omitempty"`
+
+	// pollingInterval is how often KEDA reads the lag, in seconds. Empty
+	// means KEDA's default (30).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	PollingInterval *int32 `json:"pollingInterval,omitempty"`
+
+	// cooldownPeriod is how long KEDA waits after the last lag before it
+	// scales to zero, in seconds (only with minReplicas 0). Empty means
+	// KEDA's default (300).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	CooldownPeriod *int32 `json:"cooldownPeriod,omitempty"`
 }
 
 // KafkaSpec says where the consumer reads from and how it authenticates.
@@ -334,7 +402,9 @@ type ConsumerSpec struct {
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 
 	// replicas of the consumer Deployment. More replicas than the topic has
-	// partitions leaves some idle. Also settable through the scale subresource.
+	// partitions leaves some idle (ReplicasWithinPartitions says so). Also
+	// settable through the scale subresource. Ignored while KEDA scales the
+	// consumer (spec.autoscaling).
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
@@ -493,7 +563,9 @@ type IdempotentConsumerStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Ready (the summary), DatabaseReady, PartitionsReady,
-	// ConsumerReady, and the kstatus conventions Reconciling and Stalled.
+	// ConsumerReady, the kstatus conventions Reconciling and Stalled, and the
+	// warnings TopicRetentionCovered, ReplicasWithinPartitions and
+	// AutoscalingReady, which do not affect Ready.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -537,6 +609,38 @@ type IdempotentConsumerStatus struct {
 	// selector is the consumer pods' label selector (for the scale subresource).
 	// +optional
 	Selector string `json:"selector,omitempty"`
+
+	// topic is what the operator last read from the brokers about
+	// spec.kafka.topic and the dead-letter topic (re-read every few minutes at
+	// most, on the reconciles that happen anyway).
+	// +optional
+	Topic *TopicStatus `json:"topic,omitempty"`
+
+	// scaledObjectName is the KEDA ScaledObject the operator created for
+	// spec.autoscaling, if any.
+	// +optional
+	ScaledObjectName string `json:"scaledObjectName,omitempty"`
+}
+
+// TopicStatus is what the brokers said about the topics.
+type TopicStatus struct {
+	// partitions of spec.kafka.topic.
+	// +optional
+	Partitions int32 `json:"partitions,omitempty"`
+
+	// retention of spec.kafka.topic: its retention.ms as a duration, or
+	// "Infinite" (retention.ms -1, or a compacted topic).
+	// +optional
+	Retention string `json:"retention,omitempty"`
+
+	// deadLetterRetention is the same for the dead-letter topic; empty when
+	// that topic does not exist yet.
+	// +optional
+	DeadLetterRetention string `json:"deadLetterRetention,omitempty"`
+
+	// observedTime is when the brokers last answered.
+	// +optional
+	ObservedTime *metav1.Time `json:"observedTime,omitempty"`
 }
 
 // DedupWindow is the range of event times the partitions cover: [from, to).

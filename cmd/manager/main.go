@@ -65,6 +65,8 @@ func main() {
 	flag.DurationVar(&opts.RetryMax, "retry-max", 5*time.Minute, "Longest wait after repeated failures.")
 	flag.DurationVar(&opts.DatabaseTimeout, "database-timeout", time.Minute, "Bound on the database work of one reconcile.")
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Objects reconciled in parallel.")
+	flag.DurationVar(&opts.TopicRefresh, "topic-refresh", 5*time.Minute, "How long topic retention and partitions read from the brokers (and a missing KEDA) are trusted before the next reconcile asks again.")
+	flag.DurationVar(&opts.KafkaTimeout, "kafka-timeout", 10*time.Second, "Bound on one look at the brokers.")
 	var maxConns int
 	flag.IntVar(&maxConns, "database-max-conns", 2, "Connections per distinct database URL.")
 	zapOpts := zap.Options{Development: false}

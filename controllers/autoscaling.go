@@ -1,0 +1,426 @@
+/*
+Copyright 2026 The idempotency-dev authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/consumer/envvars"
+)
+
+// KEDA's kinds, used as unstructured objects: the operator does not depend on
+// KEDA's Go module, and KEDA need not be installed.
+var (
+	ScaledObjectGVK          = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}
+	TriggerAuthenticationGVK = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "TriggerAuthentication"}
+)
+
+// +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects;triggerauthentications,verbs=get;create;patch;delete
+
+// kedaDetector remembers whether the cluster serves KEDA's ScaledObject. A
+// positive answer holds until an apply finds the kind gone; a negative one is
+// trusted for Options.TopicRefresh, because every lookup of a missing API
+// group costs a discovery round trip.
+type kedaDetector struct {
+	mu        sync.Mutex
+	installed bool
+	checked   time.Time
+}
+
+// kedaInstalled reports whether the ScaledObject kind is served.
+func (r *IdempotentConsumerReconciler) kedaInstalled(now time.Time) (bool, error) {
+	d := &r.keda
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.installed || (!d.checked.IsZero() && !now.Before(d.checked) && now.Sub(d.checked) < r.Options.TopicRefresh) {
+		return d.installed, nil
+	}
+	_, err := r.Client.RESTMapper().RESTMapping(ScaledObjectGVK.GroupKind(), ScaledObjectGVK.Version)
+	switch {
+	case err == nil:
+		d.installed = true
+	case meta.IsNoMatchError(err):
+		d.installed = false
+	default:
+		return false, fmt.Errorf("looking up the KEDA ScaledObject API: %w", err)
+	}
+	d.checked = now
+	return d.installed, nil
+}
+
+// kedaGone records that KEDA's API went away (its CRD was deleted).
+func (r *IdempotentConsumerReconciler) kedaGone(now time.Time) {
+	r.keda.mu.Lock()
+	defer r.keda.mu.Unlock()
+	r.keda.installed, r.keda.checked = false, now
+}
+
+// ScaledObjectName is the name of the ScaledObject (and TriggerAuthentication)
+// of an object: the Deployment's name.
+func ScaledObjectName(obj *kafkav1alpha1.IdempotentConsumer) string { return DeploymentName(obj) }
+
+// decideAutoscaling settles, before the Deployment is built, whether KEDA
+// owns the replica count this reconcile: spec.autoscaling is enabled, KEDA
+// is installed, and no ScaledObject of that name belongs to someone else.
+// Otherwise the Deployment runs spec.consumer.replicas.
+func (r *IdempotentConsumerReconciler) decideAutoscaling(ctx context.Context, s *reconcileState) error {
+	obj := s.obj
+	if !obj.Autoscaled() {
+		meta.RemoveStatusCondition(&obj.Status.Conditions, kafkav1alpha1.ConditionAutoscalingReady)
+		return nil
+	}
+	installed, err := r.kedaInstalled(s.now)
+	if err != nil {
+		return err
+	}
+	if !installed {
+		r.autoscalingNotReady(ctx, s, kafkav1alpha1.ReasonKEDANotInstalled, fmt.Sprintf(
+			"spec.autoscaling is enabled but this cluster does not serve KEDA's ScaledObject (keda.sh/v1alpha1): install KEDA 2.13 or later. "+
+				"Until then the consumer runs spec.consumer.replicas (%d)", obj.Replicas()))
+		return nil
+	}
+	current, err := r.getKEDAObject(ctx, ScaledObjectGVK, obj.Namespace, ScaledObjectName(obj))
+	if err != nil {
+		return err
+	}
+	if current != nil && !metav1.IsControlledBy(current, obj) {
+		r.autoscalingNotReady(ctx, s, kafkav1alpha1.ReasonScaledObjectConflict, fmt.Sprintf(
+			"ScaledObject %q exists and is not controlled by this object; rename or delete it. Until then the consumer runs spec.consumer.replicas (%d)",
+			current.GetName(), obj.Replicas()))
+		return nil
+	}
+	s.autoscale = true
+	s.scaledObject = current
+	return nil
+}
+
+// reconcileAutoscaling applies the ScaledObject (and, for TLS or SASL, its
+// TriggerAuthentication) once the Deployment exists, or removes them when
+// autoscaling is off.
+func (r *IdempotentConsumerReconciler) reconcileAutoscaling(ctx context.Context, s *reconcileState) error {
+	obj := s.obj
+	if !obj.Autoscaled() {
+		return r.removeAutoscaling(ctx, s)
+	}
+	if !s.autoscale {
+		return nil
+	}
+	if !s.deploymentExists {
+		obj.SetCondition(kafkav1alpha1.ConditionAutoscalingReady, metav1.ConditionFalse, kafkav1alpha1.ReasonWaitingForDatabase,
+			"The ScaledObject is created once the consumer Deployment exists")
+		return nil
+	}
+	desired := BuildScaledObject(obj, s.topicPartitions)
+	unchanged := s.scaledObject != nil && s.scaledObject.GetAnnotations()[AnnotationSpecHash] == desired.GetAnnotations()[AnnotationSpecHash]
+	for _, u := range []*unstructured.Unstructured{BuildTriggerAuthentication(obj), desired} {
+		if u == nil || unchanged {
+			continue
+		}
+		err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			r.kedaGone(s.now)
+			r.autoscalingNotReady(ctx, s, kafkav1alpha1.ReasonKEDANotInstalled, fmt.Sprintf(
+				"Applying %s %s: KEDA's API is gone from this cluster (%v); install KEDA 2.13 or later", u.GetKind(), u.GetName(), err))
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	if !unchanged && BuildTriggerAuthentication(obj) == nil {
+		if err := r.deleteKEDAObject(ctx, obj, TriggerAuthenticationGVK, ScaledObjectName(obj)); err != nil {
+			return err
+		}
+	}
+	obj.Status.ScaledObjectName = ScaledObjectName(obj)
+
+	lo, hi := scaledObjectBounds(obj, s.topicPartitions)
+	msg := fmt.Sprintf("ScaledObject %s scales Deployment %s between %d and %d replicas on the lag of group %q (target %d per replica)",
+		ScaledObjectName(obj), DeploymentName(obj), lo, hi, obj.Spec.Kafka.GroupID, obj.Spec.Autoscaling.LagThresholdOrDefault())
+	if hi < obj.Spec.Autoscaling.MaxReplicas {
+		msg += fmt.Sprintf("; maxReplicas %d capped at the topic's %d partitions", obj.Spec.Autoscaling.MaxReplicas, hi)
+	}
+	// KEDA's own verdict, as of the last read (ScaledObjects are not watched).
+	if ready := kedaReadyCondition(s.scaledObject); ready != nil && ready.Status == metav1.ConditionFalse {
+		r.autoscalingNotReady(ctx, s, kafkav1alpha1.ReasonScaledObjectNotReady, fmt.Sprintf("%s; KEDA reports it not ready: %s: %s", msg, ready.Reason, ready.Message))
+		return nil
+	}
+	obj.SetCondition(kafkav1alpha1.ConditionAutoscalingReady, metav1.ConditionTrue, kafkav1alpha1.ReasonScaledObjectApplied, msg)
+	return nil
+}
+
+// removeAutoscaling deletes the ScaledObject and TriggerAuthentication this
+// object created, if KEDA is there to have them.
+func (r *IdempotentConsumerReconciler) removeAutoscaling(ctx context.Context, s *reconcileState) error {
+	obj := s.obj
+	installed, err := r.kedaInstalled(s.now)
+	if err != nil || !installed {
+		obj.Status.ScaledObjectName = ""
+		return err
+	}
+	for _, gvk := range []schema.GroupVersionKind{ScaledObjectGVK, TriggerAuthenticationGVK} {
+		if err := r.deleteKEDAObject(ctx, obj, gvk, ScaledObjectName(obj)); err != nil {
+			return err
+		}
+	}
+	obj.Status.ScaledObjectName = ""
+	return nil
+}
+
+// getKEDAObject reads a KEDA object from the API server (they are not
+// cached: the operator does not watch them). Missing is nil.
+func (r *IdempotentConsumerReconciler) getKEDAObject(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, u)
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading %s %s: %w", gvk.Kind, name, err)
+	}
+	return u, nil
+}
+
+// deleteKEDAObject deletes the named KEDA object if this object controls it.
+func (r *IdempotentConsumerReconciler) deleteKEDAObject(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, gvk schema.GroupVersionKind, name string) error {
+	u, err := r.getKEDAObject(ctx, gvk, obj.Namespace, name)
+	if err != nil || u == nil || !metav1.IsControlledBy(u, obj) {
+		return err
+	}
+	if err := r.Client.Delete(ctx, u, client.Preconditions{UID: ptrUID(u.GetUID())}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting %s %s: %w", gvk.Kind, name, err)
+	}
+	log.FromContext(ctx).Info("Deleted KEDA object: autoscaling is off", "kind", gvk.Kind, "name", name)
+	return nil
+}
+
+func ptrUID(u types.UID) *types.UID { return &u }
+
+// autoscalingNotReady records an autoscaling problem. It is a warning: Ready
+// does not depend on it, because the consumer runs either way.
+func (r *IdempotentConsumerReconciler) autoscalingNotReady(ctx context.Context, s *reconcileState, reason, message string) {
+	message = s.scrub(message)
+	prev := s.obj.GetCondition(kafkav1alpha1.ConditionAutoscalingReady)
+	s.obj.SetCondition(kafkav1alpha1.ConditionAutoscalingReady, metav1.ConditionFalse, reason, message)
+	if prev == nil || prev.Reason != reason {
+		r.event(s.obj, corev1.EventTypeWarning, reason, "ApplyScaledObject", message)
+		log.FromContext(ctx).Info("Autoscaling not ready", "reason", reason, "message", message)
+	}
+}
+
+// kedaReadyCondition is the Ready condition KEDA wrote on a ScaledObject.
+func kedaReadyCondition(u *unstructured.Unstructured) *metav1.Condition {
+	if u == nil {
+		return nil
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok || m["type"] != "Ready" {
+			continue
+		}
+		str := func(k string) string { v, _ := m[k].(string); return v }
+		return &metav1.Condition{Type: "Ready", Status: metav1.ConditionStatus(str("status")), Reason: str("reason"), Message: str("message")}
+	}
+	return nil
+}
+
+// scaledObjectBounds are the replica bounds the ScaledObject gets: maxReplicas
+// capped at the topic's partition count when known, but never below
+// minReplicas (KEDA refuses max < min).
+func scaledObjectBounds(obj *kafkav1alpha1.IdempotentConsumer, partitions int32) (lo, hi int32) {
+	a := obj.Spec.Autoscaling
+	lo, hi = a.MinReplicasOrDefault(), a.MaxReplicas
+	if partitions > 0 && hi > partitions {
+		hi = partitions
+	}
+	return lo, max(hi, lo, 1)
+}
+
+// kedaLabels are the labels of the KEDA objects: the Deployment's.
+func kedaLabels(obj *kafkav1alpha1.IdempotentConsumer) map[string]any {
+	l := map[string]string{
+		LabelComponent: "autoscaling",
+		LabelManagedBy: ManagedByValue,
+		LabelPartOf:    "idempotency-operator",
+	}
+	maps.Copy(l, SelectorLabels(obj))
+	out := map[string]any{}
+	for k, v := range l {
+		out[k] = v
+	}
+	return out
+}
+
+func ownerRef(obj *kafkav1alpha1.IdempotentConsumer) map[string]any {
+	return map[string]any{
+		"apiVersion":         kafkav1alpha1.GroupVersion.String(),
+		"kind":               "IdempotentConsumer",
+		"name":               obj.Name,
+		"uid":                string(obj.UID),
+		"controller":         true,
+		"blockOwnerDeletion": true,
+	}
+}
+
+// BuildScaledObject returns the KEDA ScaledObject for obj: a Kafka trigger
+// on the consumer group's lag for the topic, scaling the consumer
+// Deployment. partitions (0 when unknown) caps maxReplicaCount. A pure
+// function of its inputs.
+func BuildScaledObject(obj *kafkav1alpha1.IdempotentConsumer, partitions int32) *unstructured.Unstructured {
+	a := obj.Spec.Autoscaling
+	k := obj.Spec.Kafka
+	lo, hi := scaledObjectBounds(obj, partitions)
+
+	md := map[string]any{
+		"bootstrapServers": strings.Join(k.BootstrapServers, ","),
+		"consumerGroup":    k.GroupID,
+		"topic":            k.Topic,
+		"lagThreshold":     strconv.FormatInt(a.LagThresholdOrDefault(), 10),
+		"offsetResetPolicy": func() string {
+			// A group without committed offsets starts where the consumer
+			// does (earliest, unless consumer.env says otherwise), so KEDA
+			// counts the same lag the consumer will work through.
+			for _, e := range obj.Spec.Consumer.Env {
+				if e.Name == envvars.StartOffset && e.Value == "latest" {
+					return "latest"
+				}
+			}
+			return "earliest"
+		}(),
+	}
+	if a.ActivationLagThreshold != nil {
+		md["activationLagThreshold"] = strconv.FormatInt(*a.ActivationLagThreshold, 10)
+	}
+	if k.TLS != nil {
+		md["tls"] = "enable"
+		if k.TLS.InsecureSkipVerify {
+			md["unsafeSsl"] = "true"
+		}
+	}
+	if k.SASL != nil {
+		md["sasl"] = kedaSASL(k.SASL.Mechanism)
+	}
+	trigger := map[string]any{"type": "kafka", "metadata": md}
+	if BuildTriggerAuthentication(obj) != nil {
+		trigger["authenticationRef"] = map[string]any{"name": ScaledObjectName(obj)}
+	}
+	spec := map[string]any{
+		"scaleTargetRef": map[string]any{
+			"apiVersion": "apps/v1",
+			"kind":       "Deployment",
+			"name":       DeploymentName(obj),
+		},
+		"minReplicaCount": int64(lo),
+		"maxReplicaCount": int64(hi),
+		"triggers":        []any{trigger},
+	}
+	if a.PollingInterval != nil {
+		spec["pollingInterval"] = int64(*a.PollingInterval)
+	}
+	if a.CooldownPeriod != nil {
+		spec["cooldownPeriod"] = int64(*a.CooldownPeriod)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{
+			"name":            ScaledObjectName(obj),
+			"namespace":       obj.Namespace,
+			"labels":          kedaLabels(obj),
+			"ownerReferences": []any{ownerRef(obj)},
+		},
+		"spec": spec,
+	}}
+	u.SetGroupVersionKind(ScaledObjectGVK)
+	// The hash covers the TriggerAuthentication too: both are applied together.
+	var auth any
+	if ta := BuildTriggerAuthentication(obj); ta != nil {
+		auth = ta.Object["spec"]
+	}
+	b, _ := json.Marshal([]any{spec, auth})
+	sum := sha256.Sum256(b)
+	u.SetAnnotations(map[string]string{AnnotationSpecHash: hex.EncodeToString(sum[:12])})
+	return u
+}
+
+// BuildTriggerAuthentication returns the TriggerAuthentication that hands
+// KEDA the Kafka credentials (by Secret reference, as the consumer gets
+// them), or nil when the brokers need none.
+func BuildTriggerAuthentication(obj *kafkav1alpha1.IdempotentConsumer) *unstructured.Unstructured {
+	k := obj.Spec.Kafka
+	var refs []any
+	add := func(param string, ref *kafkav1alpha1.SecretKeyRef) {
+		if ref != nil {
+			refs = append(refs, map[string]any{"parameter": param, "name": ref.Name, "key": ref.Key})
+		}
+	}
+	if t := k.TLS; t != nil {
+		add("ca", t.CASecretRef)
+		add("cert", t.ClientCertSecretRef)
+		add("key", t.ClientKeySecretRef)
+	}
+	if s := k.SASL; s != nil {
+		add("username", &s.UsernameSecretRef)
+		add("password", &s.PasswordSecretRef)
+	}
+	if len(refs) == 0 {
+		return nil
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{
+			"name":            ScaledObjectName(obj),
+			"namespace":       obj.Namespace,
+			"labels":          kedaLabels(obj),
+			"ownerReferences": []any{ownerRef(obj)},
+		},
+		"spec": map[string]any{"secretTargetRef": refs},
+	}}
+	u.SetGroupVersionKind(TriggerAuthenticationGVK)
+	return u
+}
+
+// kedaSASL is KEDA's name for a SASL mechanism.
+func kedaSASL(m kafkav1alpha1.SASLMechanism) string {
+	switch m {
+	case kafkav1alpha1.SASLScramSHA256:
+		return "scram_sha256"
+	case kafkav1alpha1.SASLScramSHA512:
+		return "scram_sha512"
+	default:
+		return "plaintext"
+	}
+}

@@ -1,0 +1,243 @@
+/*
+Copyright 2026 The idempotency-dev authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"k8s.io/apimachinery/pkg/types"
+
+	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/consumer/consumertest"
+)
+
+func TestParseRetention(t *testing.T) {
+	for _, tc := range []struct {
+		ms, policy string
+		want       time.Duration
+		known      bool
+	}{
+		{"604800000", "delete", 7 * 24 * time.Hour, true},
+		{"3600000", "", time.Hour, true},
+		{"-1", "delete", InfiniteRetention, true},
+		{"86400000", "compact", InfiniteRetention, true},
+		{"86400000", "compact,delete", 24 * time.Hour, true},
+		{"86400000", "delete, compact", 24 * time.Hour, true},
+		{"", "compact", InfiniteRetention, true},
+		{"", "delete", 0, false},
+		{"soon", "delete", 0, false},
+		{"9223372036854775807", "delete", InfiniteRetention, true},
+	} {
+		got, known := parseRetention(tc.ms, tc.policy)
+		if got != tc.want || known != tc.known {
+			t.Errorf("parseRetention(%q, %q) = %s, %v; want %s, %v", tc.ms, tc.policy, got, known, tc.want, tc.known)
+		}
+	}
+	if formatRetention(InfiniteRetention) != "Infinite" || formatRetention(36*time.Hour) != "36h0m0s" {
+		t.Error("formatRetention")
+	}
+}
+
+func TestClassifyKafkaError(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("reading topic metadata: %w", kafka.SASLAuthenticationFailed), kafkav1alpha1.ReasonKafkaAuthFailed},
+		{kafka.TopicAuthorizationFailed, kafkav1alpha1.ReasonTopicAccessDenied},
+		{kafka.ClusterAuthorizationFailed, kafkav1alpha1.ReasonTopicAccessDenied},
+		{kafka.UnknownTopicOrPartition, kafkav1alpha1.ReasonTopicNotFound},
+		{kafka.LeaderNotAvailable, kafkav1alpha1.ReasonBrokerUnreachable},
+		{kafka.InvalidConfiguration, kafkav1alpha1.ReasonTopicRetentionUnknown},
+		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, kafkav1alpha1.ReasonBrokerUnreachable},
+		{context.DeadlineExceeded, kafkav1alpha1.ReasonBrokerUnreachable},
+	} {
+		if got := classifyKafkaError(tc.err); got != tc.want {
+			t.Errorf("classifyKafkaError(%v) = %s, want %s", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestTopicCache(t *testing.T) {
+	var c topicCache
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	if _, fresh := c.get(key, "fp1", t0, time.Minute); fresh {
+		t.Fatal("an empty cache is fresh")
+	}
+	good := map[string]TopicInfo{"t": {Exists: true, Partitions: 3, Retention: time.Hour, RetentionKnown: true}}
+	o := c.put(key, "fp1", t0, "t", "t.dlq", good, nil, "")
+	if o.good == nil || o.current.main.Partitions != 3 || o.current.dlq.Exists {
+		t.Fatalf("put = %+v", o)
+	}
+	if _, fresh := c.get(key, "fp1", t0.Add(59*time.Second), time.Minute); !fresh {
+		t.Error("not fresh within the refresh period")
+	}
+	if _, fresh := c.get(key, "fp1", t0.Add(time.Minute), time.Minute); fresh {
+		t.Error("fresh after the refresh period")
+	}
+	if _, fresh := c.get(key, "fp1", t0.Add(-time.Second), time.Minute); fresh {
+		t.Error("fresh although the clock went backwards")
+	}
+	if _, fresh := c.get(key, "fp2", t0, time.Minute); fresh {
+		t.Error("fresh for another fingerprint")
+	}
+	// A failure keeps the last good answer, for the same fingerprint only.
+	o = c.put(key, "fp1", t0.Add(2*time.Minute), "t", "t.dlq", nil, errors.New("down"), kafkav1alpha1.ReasonBrokerUnreachable)
+	if o.err == nil || o.good == nil || !o.goodAt.Equal(t0) {
+		t.Errorf("after a failure: %+v", o)
+	}
+	o = c.put(key, "fp2", t0.Add(3*time.Minute), "t", "t.dlq", nil, errors.New("down"), kafkav1alpha1.ReasonBrokerUnreachable)
+	if o.good != nil {
+		t.Error("a new fingerprint inherited the old answer")
+	}
+	c.forget(key)
+	if _, fresh := c.get(key, "fp2", t0.Add(3*time.Minute), time.Minute); fresh {
+		t.Error("forgotten entry still fresh")
+	}
+}
+
+func TestTopicFingerprint(t *testing.T) {
+	obj := newConsumer("ns", "a", func(o *kafkav1alpha1.IdempotentConsumer) {
+		o.Spec.Kafka.SASL = &kafkav1alpha1.KafkaSASL{
+			Mechanism:         kafkav1alpha1.SASLScramSHA512,
+			UsernameSecretRef: kafkav1alpha1.SecretKeyRef{Name: "k", Key: "u"},
+			PasswordSecretRef: kafkav1alpha1.SecretKeyRef{Name: "k", Key: "p"},
+		}
+	})
+	values := map[kafkav1alpha1.SecretKeyRef]string{{Name: "k", Key: "u"}: "user", {Name: "k", Key: "p"}: "pw1"}
+	fp := topicFingerprint(obj, values)
+	if fp != topicFingerprint(obj.DeepCopy(), values) {
+		t.Error("not deterministic")
+	}
+	values[kafkav1alpha1.SecretKeyRef{Name: "k", Key: "p"}] = "pw2"
+	if fp == topicFingerprint(obj, values) {
+		t.Error("a new password does not change the fingerprint")
+	}
+	if strings.Contains(fp, "pw") {
+		t.Error("the fingerprint shows the password")
+	}
+	other := obj.DeepCopy()
+	other.Spec.Kafka.Topic = "other"
+	if topicFingerprint(other, values) == topicFingerprint(obj, values) {
+		t.Error("another topic has the same fingerprint")
+	}
+}
+
+// selfSignedPEM returns a server certificate for 127.0.0.1 and its PEM.
+func selfSignedPEM(t testing.TB) (tls.Certificate, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kfake"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
+		string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// TestKafkaAdminTLSAndSASL reads topics from a broker that wants TLS and
+// SASL/SCRAM-SHA-512, with the connection built from Secret values as the
+// reconciler builds it; a wrong password fails and its error names no
+// password.
+func TestKafkaAdminTLSAndSASL(t *testing.T) {
+	cert, caPEM := selfSignedPEM(t)
+	const user, pass = "operator", "scram-secret-pw"
+	k := consumertest.NewKafka(t,
+		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}}),
+		kfake.EnableSASL(),
+		kfake.Superuser("SCRAM-SHA-512", user, pass),
+		kfake.SeedTopics(3, "orders"),
+	)
+	obj := newConsumer("ns", "a", func(o *kafkav1alpha1.IdempotentConsumer) {
+		o.Spec.Kafka.BootstrapServers = k.Brokers()
+		o.Spec.Kafka.TLS = &kafkav1alpha1.KafkaTLS{CASecretRef: &kafkav1alpha1.SecretKeyRef{Name: "kafka-ca", Key: "ca.crt"}}
+		o.Spec.Kafka.SASL = &kafkav1alpha1.KafkaSASL{
+			Mechanism:         kafkav1alpha1.SASLScramSHA512,
+			UsernameSecretRef: kafkav1alpha1.SecretKeyRef{Name: "kafka", Key: "user"},
+			PasswordSecretRef: kafkav1alpha1.SecretKeyRef{Name: "kafka", Key: "password"},
+		}
+	})
+	secrets := map[string]string{"kafka-ca/ca.crt": caPEM, "kafka/user": user, "kafka/password": pass}
+	value := func(ref kafkav1alpha1.SecretKeyRef) string { return secrets[ref.Name+"/"+ref.Key] }
+	conn, err := kafkaConnection(obj, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	infos, err := KafkaAdmin{Timeout: 10 * time.Second}.Inspect(ctx, conn, "orders", "orders.dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := infos["orders"]; !o.Exists || o.Partitions != 3 || !o.RetentionKnown || o.Retention != 7*24*time.Hour {
+		t.Errorf("orders = %+v, want 3 partitions and the default 168h retention", o)
+	}
+	if d := infos["orders.dlq"]; d.Exists || d.Err != nil {
+		t.Errorf("orders.dlq = %+v, want absent", d)
+	}
+
+	secrets["kafka/password"] = "wrong-pw-" + randSuffix()
+	conn, err = kafkaConnection(obj, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = KafkaAdmin{Timeout: 10 * time.Second}.Inspect(ctx, conn, "orders")
+	if err == nil {
+		t.Fatal("a wrong password was accepted")
+	}
+	// A Kafka broker answers a failed SCRAM exchange with error code 58
+	// (KafkaAuthenticationFailed, see TestClassifyKafkaError); kfake closes
+	// the connection instead, which reads as an unreachable broker.
+	if got := classifyKafkaError(err); got != kafkav1alpha1.ReasonKafkaAuthFailed && got != kafkav1alpha1.ReasonBrokerUnreachable {
+		t.Errorf("wrong password classified %s (%v)", got, err)
+	}
+	if strings.Contains(err.Error(), secrets["kafka/password"]) || strings.Contains(err.Error(), pass) {
+		t.Error("the error names a password")
+	}
+
+	// A CA Secret that holds no certificate is refused before dialling.
+	secrets["kafka-ca/ca.crt"] = "not a certificate"
+	if _, err := kafkaConnection(obj, value); err == nil || !strings.Contains(err.Error(), "kafka-ca") {
+		t.Errorf("bad CA: %v", err)
+	}
+}

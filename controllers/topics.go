@@ -1,0 +1,308 @@
+/*
+Copyright 2026 The idempotency-dev authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+)
+
+// reconcileTopics asks the brokers for the topic's partition count and the
+// retention of the topic and the dead-letter topic, and sets the warnings
+// TopicRetentionCovered and ReplicasWithinPartitions. What the brokers said is
+// kept per object for Options.TopicRefresh, so the brokers are asked at most
+// that often (and at once when the Kafka settings or credentials change).
+//
+// Nothing here changes Ready or the schedule: a broker that cannot be
+// reached is a warning with its own reason, asked again on the next
+// reconcile that comes anyway (the partition schedule, a change to the
+// object or its Secrets), and the table, its partitions and the consumer
+// are reconciled as usual.
+func (r *IdempotentConsumerReconciler) reconcileTopics(ctx context.Context, s *reconcileState) error {
+	obj := s.obj
+	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
+
+	values := map[kafkav1alpha1.SecretKeyRef]string{}
+	for _, ref := range kafkaSecretRefs(obj) {
+		v, prob, err := r.secretKey(ctx, s, ref)
+		if err != nil {
+			return err
+		}
+		if prob != nil {
+			// The Secret watch brings the object back when it appears.
+			r.topicsUnknown(ctx, s, prob.reason, "Cannot read the Kafka credentials: "+prob.message)
+			return nil
+		}
+		values[ref] = v.value
+	}
+	fp := topicFingerprint(obj, values)
+	obs, fresh := r.topicCache.get(key, fp, s.now, r.Options.TopicRefresh)
+	if !fresh {
+		var (
+			infos  map[string]TopicInfo
+			reason string
+		)
+		conn, err := kafkaConnection(obj, func(ref kafkav1alpha1.SecretKeyRef) string { return values[ref] })
+		if err != nil {
+			reason = kafkav1alpha1.ReasonInvalidKafkaCredentials
+		} else if infos, err = r.Topics.Inspect(ctx, conn, obj.Spec.Kafka.Topic, obj.DeadLetterTopic()); err != nil {
+			reason = classifyKafkaError(err)
+		}
+		obs = r.topicCache.put(key, fp, s.now, obj.Spec.Kafka.Topic, obj.DeadLetterTopic(), infos, err, reason)
+	}
+	r.applyTopicObservation(ctx, s, obs)
+	return nil
+}
+
+// applyTopicObservation turns what the brokers said into status and the two
+// warning conditions.
+func (r *IdempotentConsumerReconciler) applyTopicObservation(ctx context.Context, s *reconcileState, obs topicObservation) {
+	obj := s.obj
+	topic, dlq := obj.Spec.Kafka.Topic, obj.DeadLetterTopic()
+
+	if obs.good != nil {
+		g := obs.good
+		st := &kafkav1alpha1.TopicStatus{ObservedTime: ptrTime(obs.goodAt)}
+		if g.main.Exists {
+			st.Partitions = g.main.Partitions
+			s.topicPartitions = g.main.Partitions
+			if g.main.RetentionKnown {
+				st.Retention = formatRetention(g.main.Retention)
+			}
+		}
+		if g.dlq.Exists && g.dlq.RetentionKnown {
+			st.DeadLetterRetention = formatRetention(g.dlq.Retention)
+		}
+		obj.Status.Topic = st
+	} else {
+		obj.Status.Topic = nil
+	}
+
+	if obs.err != nil {
+		msg := fmt.Sprintf("Cannot read topic %q from the brokers: %v", topic, obs.err)
+		if obs.good != nil {
+			msg += fmt.Sprintf("; status.topic is what they said at %s", obs.goodAt.UTC().Format(time.RFC3339))
+		}
+		r.topicsUnknown(ctx, s, obs.reason, msg)
+		return
+	}
+	main := obs.current.main
+	switch {
+	case main.Err != nil:
+		r.topicsUnknown(ctx, s, classifyKafkaError(main.Err), fmt.Sprintf("The brokers refused to describe topic %q: %v", topic, main.Err))
+		return
+	case !main.Exists:
+		r.topicsUnknown(ctx, s, kafkav1alpha1.ReasonTopicNotFound, fmt.Sprintf("Topic %q does not exist on the brokers", topic))
+		return
+	}
+
+	// Replicas against partitions.
+	want, what := obj.Replicas(), "spec.consumer.replicas"
+	if obj.Autoscaled() {
+		want, what = obj.Spec.Autoscaling.MinReplicasOrDefault(), "spec.autoscaling.minReplicas"
+	}
+	if want > main.Partitions {
+		r.topicWarning(ctx, s, kafkav1alpha1.ConditionReplicasWithinPartitions, metav1.ConditionFalse, kafkav1alpha1.ReasonReplicasExceedPartitions,
+			fmt.Sprintf("%s is %d but topic %q has %d partitions: %d consumer(s) will sit idle", what, want, topic, main.Partitions, want-main.Partitions))
+	} else {
+		r.topicWarning(ctx, s, kafkav1alpha1.ConditionReplicasWithinPartitions, metav1.ConditionTrue, kafkav1alpha1.ReasonReplicasWithinPartitions,
+			fmt.Sprintf("%s is %d; topic %q has %d partitions", what, want, topic, main.Partitions))
+	}
+
+	// Dedup retention against topic retention.
+	if !main.RetentionKnown {
+		r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionUnknown, kafkav1alpha1.ReasonTopicRetentionUnknown,
+			fmt.Sprintf("The brokers did not report retention.ms for topic %q", topic))
+		return
+	}
+	dedupRetention := obj.Retention()
+	shorter := func(d time.Duration) bool { return d == InfiniteRetention || dedupRetention < d }
+	dlqInfo := obs.current.dlq
+	switch {
+	case shorter(main.Retention):
+		r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionFalse, kafkav1alpha1.ReasonRetentionShorterThanTopic,
+			retentionMessage(dedupRetention, "topic", topic, main.Retention))
+	case dlqInfo.Exists && dlqInfo.RetentionKnown && shorter(dlqInfo.Retention):
+		r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionFalse, kafkav1alpha1.ReasonRetentionShorterThanDLQ,
+			retentionMessage(dedupRetention, "dead-letter topic", dlq, dlqInfo.Retention))
+	default:
+		dlqText := fmt.Sprintf("dead-letter topic %q (%s)", dlq, formatRetention(dlqInfo.Retention))
+		if !dlqInfo.Exists {
+			dlqText = fmt.Sprintf("dead-letter topic %q does not exist yet", dlq)
+		} else if !dlqInfo.RetentionKnown {
+			dlqText = fmt.Sprintf("dead-letter topic %q reports no retention.ms", dlq)
+		}
+		r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionTrue, kafkav1alpha1.ReasonRetentionCovered,
+			fmt.Sprintf("Dedup retention %s covers topic %q (retention %s); %s", dedupRetention, topic, formatRetention(main.Retention), dlqText))
+	}
+}
+
+func retentionMessage(dedupRetention time.Duration, kind, topic string, topicRetention time.Duration) string {
+	if topicRetention == InfiniteRetention {
+		return fmt.Sprintf("The %s %q keeps records forever (retention.ms -1 or cleanup.policy compact), longer than the dedup retention %s: "+
+			"a replay or an offset reset can process events older than the window again", kind, topic, dedupRetention)
+	}
+	return fmt.Sprintf("The dedup retention %s is shorter than the retention %s of the %s %q: a replay or an offset reset can process events "+
+		"older than the window again; raise spec.dedup.retention to at least %s or lower the topic's retention.ms",
+		dedupRetention, topicRetention, kind, topic, topicRetention)
+}
+
+// topicsUnknown sets both warnings to Unknown with the reason.
+func (r *IdempotentConsumerReconciler) topicsUnknown(ctx context.Context, s *reconcileState, reason, message string) {
+	r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionUnknown, reason, message)
+	r.topicWarning(ctx, s, kafkav1alpha1.ConditionReplicasWithinPartitions, metav1.ConditionUnknown, reason, message)
+}
+
+// topicWarning sets a warning condition; a change to a new reason that is not
+// True is a Warning Event and a log line, once.
+func (r *IdempotentConsumerReconciler) topicWarning(ctx context.Context, s *reconcileState, condType string, status metav1.ConditionStatus, reason, message string) {
+	message = s.scrub(message)
+	prev := s.obj.GetCondition(condType)
+	s.obj.SetCondition(condType, status, reason, message)
+	if status == metav1.ConditionTrue || prev != nil && prev.Reason == reason {
+		return
+	}
+	r.event(s.obj, corev1.EventTypeWarning, reason, "InspectTopics", message)
+	log.FromContext(ctx).Info("Topic check", "condition", condType, "status", status, "reason", reason, "message", message)
+}
+
+// kafkaSecretRefs lists the Secret keys the Kafka connection needs: TLS
+// files, then SASL user and password.
+func kafkaSecretRefs(obj *kafkav1alpha1.IdempotentConsumer) []kafkav1alpha1.SecretKeyRef {
+	var refs []kafkav1alpha1.SecretKeyRef
+	if t := obj.Spec.Kafka.TLS; t != nil {
+		for _, r := range []*kafkav1alpha1.SecretKeyRef{t.CASecretRef, t.ClientCertSecretRef, t.ClientKeySecretRef} {
+			if r != nil {
+				refs = append(refs, *r)
+			}
+		}
+	}
+	if s := obj.Spec.Kafka.SASL; s != nil {
+		refs = append(refs, s.UsernameSecretRef, s.PasswordSecretRef)
+	}
+	return refs
+}
+
+// topicFingerprint identifies what an observation depends on: brokers,
+// topics and credentials. A change asks the brokers again at once.
+func topicFingerprint(obj *kafkav1alpha1.IdempotentConsumer, values map[kafkav1alpha1.SecretKeyRef]string) string {
+	h := sha256.New()
+	k := obj.Spec.Kafka
+	w := func(parts ...string) {
+		for _, p := range parts {
+			h.Write([]byte(p))
+			h.Write([]byte{0})
+		}
+	}
+	w(strings.Join(k.BootstrapServers, ","), k.Topic, obj.DeadLetterTopic())
+	if k.TLS != nil {
+		w("tls", strconv.FormatBool(k.TLS.InsecureSkipVerify))
+	}
+	if k.SASL != nil {
+		w("sasl", string(k.SASL.Mechanism))
+	}
+	for _, ref := range kafkaSecretRefs(obj) {
+		w(ref.Name, ref.Key, values[ref])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+func ptrTime(t time.Time) *metav1.Time {
+	mt := metav1.NewTime(t.UTC().Truncate(time.Second))
+	return &mt
+}
+
+// topicPair is what the brokers said about the topic and the dead-letter topic.
+type topicPair struct {
+	main, dlq TopicInfo
+}
+
+// topicObservation is one object's latest look at the brokers.
+type topicObservation struct {
+	fingerprint string
+	checked     time.Time
+	// current is the latest answer, when err is nil.
+	current topicPair
+	// err and reason: the latest attempt failed.
+	err    error
+	reason string
+	// good is the latest answer for this fingerprint, kept through failures
+	// (for status and the autoscaling cap); goodAt is when it came.
+	good   *topicPair
+	goodAt time.Time
+}
+
+// topicCache holds the latest observation per object.
+type topicCache struct {
+	mu      sync.Mutex
+	entries map[types.NamespacedName]topicObservation
+}
+
+// get returns the object's observation and whether it is still fresh: made
+// for the same fingerprint less than refresh ago.
+func (c *topicCache) get(key types.NamespacedName, fingerprint string, now time.Time, refresh time.Duration) (topicObservation, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.entries[key]
+	if !ok || o.fingerprint != fingerprint {
+		return topicObservation{fingerprint: fingerprint}, false
+	}
+	return o, now.Sub(o.checked) < refresh && !now.Before(o.checked)
+}
+
+// put records an attempt and returns the observation to use.
+func (c *topicCache) put(key types.NamespacedName, fingerprint string, now time.Time, topic, dlq string,
+	infos map[string]TopicInfo, err error, reason string) topicObservation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[types.NamespacedName]topicObservation{}
+	}
+	o := c.entries[key]
+	if o.fingerprint != fingerprint {
+		o = topicObservation{fingerprint: fingerprint}
+	}
+	o.checked, o.err, o.reason = now, err, reason
+	if err == nil {
+		o.current = topicPair{main: infos[topic], dlq: infos[dlq]}
+		if o.current.main.Exists && o.current.main.Err == nil {
+			good := o.current
+			o.good, o.goodAt = &good, now
+		}
+	}
+	c.entries[key] = o
+	return o
+}
+
+func (c *topicCache) forget(key types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, key)
+}
