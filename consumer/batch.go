@@ -255,7 +255,7 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, spOpen *bool) 
 		if et.opened {
 			if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); rbErr != nil {
 				// The connection or transaction is gone: not the event's fault.
-				return &infraError{fmt.Errorf("handler failed (%v) and rolling back to its savepoint failed: %w", err, rbErr)}
+				return &infraError{fmt.Errorf("handler failed and rolling back to its savepoint failed: %w", errors.Join(err, rbErr))}
 			}
 		}
 		if ctx.Err() != nil {

@@ -3,7 +3,6 @@ package consumer_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -149,7 +148,7 @@ func (e *env) start(cfg consumer.Config, h consumer.Handler, hooks ...func(*cons
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{c: c, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- c.Run(ctx) }()
-	e.t.Cleanup(func() { r.stop(e.t) })
+	e.t.Cleanup(func() { _ = r.stop(e.t) })
 	return r
 }
 
@@ -313,11 +312,6 @@ func (e *env) dumpLogsOnFailure(t *testing.T) {
 			t.Logf("consumer log:\n%s", s)
 		}
 	})
-}
-
-func mustJSON(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
 }
 
 var _ = strings.Contains

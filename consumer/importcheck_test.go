@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"os/exec"
 	"strings"
@@ -27,7 +28,7 @@ func TestImportBoundary(t *testing.T) {
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = string(ee.Stderr)
 		}
 		t.Fatalf("go list: %v\n%s", err, stderr)

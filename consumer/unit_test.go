@@ -228,7 +228,7 @@ func TestHandlerContext(t *testing.T) {
 		ch <- seen{ev: *ev, trace: tc.Traceparent(), fromC: ok && cev == ev}
 		return nil
 	})
-	defer r.stop(t)
+	defer func() { _ = r.stop(t) }()
 	var s seen
 	select {
 	case s = <-ch:

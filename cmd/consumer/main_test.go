@@ -44,7 +44,7 @@ func binaries(t *testing.T) (consumerBin, brokerBin string) {
 		cmd := exec.Command("go", "build", "-o", build.dir+"/", ".", "../devbroker")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			build.err = fmt.Errorf("go build: %v\n%s", err, out)
+			build.err = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if build.err != nil {
