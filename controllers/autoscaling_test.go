@@ -84,8 +84,8 @@ func testAutoscaling(t *testing.T, te *testEnv) {
 	te.create(t, newConsumer(ns, name, withKafka(k.Brokers(), "scaled"), withReplicas(2), withAutoscaling(1, 10)))
 
 	// Without KEDA: Ready all the same, a clear condition, spec replicas.
-	obj := te.waitReady(t, ns, name)
-	obj = te.waitCondition(t, ns, name, kafkav1alpha1.ConditionAutoscalingReady, metav1.ConditionFalse, kafkav1alpha1.ReasonKEDANotInstalled)
+	te.waitReady(t, ns, name)
+	obj := te.waitCondition(t, ns, name, kafkav1alpha1.ConditionAutoscalingReady, metav1.ConditionFalse, kafkav1alpha1.ReasonKEDANotInstalled)
 	if msg := obj.GetCondition(kafkav1alpha1.ConditionAutoscalingReady).Message; !strings.Contains(msg, "install KEDA") {
 		t.Errorf("AutoscalingReady message %q does not say what to do", msg)
 	}

@@ -17,10 +17,10 @@ limitations under the License.
 package controllers
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -181,7 +181,7 @@ const handoverFieldOwner = FieldOwner + "-handover"
 func ownsReplicas(dep *appsv1.Deployment) bool {
 	for _, mf := range dep.ManagedFields {
 		if mf.Manager == FieldOwner && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Subresource == "" &&
-			mf.FieldsV1 != nil && bytes.Contains(mf.FieldsV1.Raw, []byte(`"f:replicas"`)) {
+			mf.FieldsV1 != nil && strings.Contains(mf.FieldsV1.GetRawString(), `"f:replicas"`) {
 			return true
 		}
 	}

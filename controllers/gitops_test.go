@@ -188,8 +188,8 @@ func testNoGitOpsDrift(t *testing.T, te *testEnv) {
 			if mf.Manager == "gitops" || mf.Subresource != "" || mf.FieldsV1 == nil {
 				continue
 			}
-			if strings.Contains(string(mf.FieldsV1.Raw), `"f:spec"`) {
-				t.Errorf("%s: field manager %q (%s) owns spec fields: %s", step, mf.Manager, mf.Operation, mf.FieldsV1.Raw)
+			if strings.Contains(mf.FieldsV1.GetRawString(), `"f:spec"`) {
+				t.Errorf("%s: field manager %q (%s) owns spec fields: %s", step, mf.Manager, mf.Operation, mf.FieldsV1.GetRawString())
 			}
 		}
 	}
