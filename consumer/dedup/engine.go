@@ -23,7 +23,14 @@ const (
 	DefaultBackoff          = 100 * time.Millisecond
 	DefaultMaxBackoff       = 2 * time.Second
 	DefaultAdvisoryLockWait = 30 * time.Second
+	DefaultStatementTimeout = time.Minute
 )
+
+// clientGrace is how much longer than statement_timeout the client waits
+// for an answer before it gives up on the connection: the server normally
+// cancels the statement first and the connection stays usable; the client
+// deadline is the backstop for a server or network that does not answer.
+const clientGrace = 5 * time.Second
 
 // Step names a point in the maintenance protocol, passed to a StepHook.
 type Step string
@@ -55,6 +62,7 @@ type engineConfig struct {
 	backoff          time.Duration
 	maxBackoff       time.Duration
 	advisoryLockWait time.Duration
+	statementTimeout time.Duration
 	hook             StepHook
 }
 
@@ -76,6 +84,15 @@ func WithBackoff(initial, max time.Duration) Option {
 // holding the table's advisory lock (default 30s).
 func WithAdvisoryLockWait(d time.Duration) Option {
 	return func(c *engineConfig) { c.advisoryLockWait = d }
+}
+
+// WithStatementTimeout bounds every statement the engine sends (default one
+// minute; it must exceed the lock timeout). The server cancels a statement
+// that runs longer (statement_timeout) and the client abandons the
+// connection shortly after if the server does not answer, so no call of the
+// engine waits forever, whatever the caller's context.
+func WithStatementTimeout(d time.Duration) Option {
+	return func(c *engineConfig) { c.statementTimeout = d }
 }
 
 // WithStepHook installs a hook called after each maintenance step, for fault
@@ -119,6 +136,12 @@ type Result struct {
 	Finalized []string
 	// Window is the dedup window after the run.
 	Window Window
+	// Partitions are the attached partitions after the run, ours and
+	// foreign, as State.Partitions reports them (sorted by lower bound, with
+	// bounds, detach-pending flags and row estimates), so a caller need not
+	// Observe again. Like Window and Foreign they are read after a failed
+	// step too; all three stay empty if that final read fails.
+	Partitions []ObservedPartition
 	// Foreign names attached partitions that are not ours (left alone).
 	Foreign []string
 }
@@ -139,12 +162,13 @@ func NewEngine(pool *pgxpool.Pool, t Table, opts ...Option) (*Engine, error) {
 		backoff:          DefaultBackoff,
 		maxBackoff:       DefaultMaxBackoff,
 		advisoryLockWait: DefaultAdvisoryLockWait,
+		statementTimeout: DefaultStatementTimeout,
 	}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.lockTimeout < time.Millisecond || cfg.attempts < 1 || cfg.backoff < 0 || cfg.maxBackoff < cfg.backoff || cfg.advisoryLockWait < 0 {
-		return nil, errors.New("creating dedup engine: lock timeout must be >= 1ms, attempts >= 1, 0 <= backoff <= max backoff, advisory lock wait >= 0")
+	if cfg.lockTimeout < time.Millisecond || cfg.attempts < 1 || cfg.backoff < 0 || cfg.maxBackoff < cfg.backoff || cfg.advisoryLockWait < 0 || cfg.statementTimeout <= cfg.lockTimeout {
+		return nil, errors.New("creating dedup engine: lock timeout must be >= 1ms, attempts >= 1, 0 <= backoff <= max backoff, advisory lock wait >= 0, statement timeout > lock timeout")
 	}
 	return &Engine{pool: pool, table: t, cfg: cfg}, nil
 }
@@ -176,15 +200,83 @@ func (e *Engine) EnsureTable(ctx context.Context, owner string) error {
 		return e.checkLayout(ctx, conn, st)
 	}
 	if err := e.createTable(ctx, conn, owner); err != nil {
+		var nc *NameConflictError
+		if errors.As(err, &nc) {
+			return err
+		}
 		return fmt.Errorf("ensuring table %s: %w", e.table, err)
 	}
 	return nil
 }
 
+// nameConflicts checks the names that creating the table takes besides its
+// own (whose absence observe established): the primary key index
+// <table>_pkey, which a renamed legacy table keeps, and the table's row
+// type, which a type of the same name would block.
+func (e *Engine) nameConflicts(ctx context.Context, conn *pgx.Conn) error {
+	for _, n := range []struct{ name, need string }{
+		{e.table.Name + "_pkey", "the table's primary key"},
+		{e.table.Name, "the table's row type"},
+	} {
+		kind, of, err := e.nameTaken(ctx, conn, n.name)
+		if err != nil {
+			return err
+		}
+		if kind != "" {
+			return &NameConflictError{Table: e.table.String(), Name: e.table.Schema + "." + n.name, Kind: kind, Of: of, Need: n.need}
+		}
+	}
+	return nil
+}
+
+// nameTaken reports what holds name in the table's schema: a relation
+// (kind "table", "index", "sequence", ...; of is an index's table) or a
+// type that is not a relation's row type ("type"); kind "" if nothing does.
+func (e *Engine) nameTaken(ctx context.Context, conn *pgx.Conn, name string) (kind, of string, err error) {
+	ctx, cancel := e.bounded(ctx)
+	defer cancel()
+	err = conn.QueryRow(ctx, `
+SELECT CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table' WHEN 'i' THEN 'index'
+                      WHEN 'I' THEN 'partitioned index' WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view'
+                      WHEN 'm' THEN 'materialized view' WHEN 'c' THEN 'composite type'
+                      WHEN 'f' THEN 'foreign table' ELSE 'relation' END,
+       coalesce((SELECT tn.nspname || '.' || tc.relname
+                   FROM pg_index x JOIN pg_class tc ON tc.oid = x.indrelid JOIN pg_namespace tn ON tn.oid = tc.relnamespace
+                  WHERE x.indexrelid = c.oid), '')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = $1 AND c.relname = $2
+UNION ALL
+SELECT 'type', '' FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+ WHERE n.nspname = $1 AND t.typname = $2 AND t.typrelid = 0
+LIMIT 1`, e.table.Schema, name).Scan(&kind, &of)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("looking up the name %s: %w", name, err)
+	}
+	return kind, of, nil
+}
+
+// isNameTaken reports SQLSTATE 42P07 (duplicate_table: a relation of that
+// name exists) and 42710 (duplicate_object: e.g. a type of that name).
+func isNameTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "42710")
+}
+
 func (e *Engine) createTable(ctx context.Context, conn *pgx.Conn, owner string) error {
 	var schemaExists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, e.table.Schema).Scan(&schemaExists); err != nil {
+	qctx, cancel := e.bounded(ctx)
+	err := conn.QueryRow(qctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, e.table.Schema).Scan(&schemaExists)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("looking up schema: %w", err)
+	}
+	if schemaExists {
+		if err := e.nameConflicts(ctx, conn); err != nil {
+			return err
+		}
 	}
 	if !schemaExists {
 		// Checked first because CREATE SCHEMA IF NOT EXISTS still needs the
@@ -216,7 +308,14 @@ func (e *Engine) createTable(ctx context.Context, conn *pgx.Conn, owner string) 
 CREATE INDEX ON %s USING brin (processed_at);
 COMMENT ON TABLE %s IS %s`,
 		parent, pgx.Identifier{e.table.Name + "_pkey"}.Sanitize(), key, parent, parent, marker)
-	return e.ddl(ctx, conn, "creating table", sql)
+	err = e.ddl(ctx, conn, "creating table", sql)
+	if isNameTaken(err) {
+		// Taken since the check above: name what took it.
+		if nerr := e.nameConflicts(ctx, conn); nerr != nil {
+			return nerr
+		}
+	}
+	return err
 }
 
 // checkLayout compares an existing table with the requested layout.
@@ -234,6 +333,8 @@ func (e *Engine) checkLayout(ctx context.Context, conn *pgx.Conn, st State) erro
 		pkey    []string
 		cols    []string
 	)
+	ctx, cancel := e.bounded(ctx)
+	defer cancel()
 	err := conn.QueryRow(ctx, `
 SELECT c.relkind::text,
        CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END,
@@ -281,13 +382,19 @@ func deref(s *string) string {
 
 // Observe reads the table's state from pg_catalog. A missing table is a
 // State with Exists false, not an error.
+//
+// It runs under the engine's lock_timeout: pg_get_expr, which renders the
+// partition bounds, takes ACCESS SHARE on every partition it reads (checked
+// on PostgreSQL 15.18), so a partition held in ACCESS EXCLUSIVE (a detach in
+// its last step, someone's VACUUM FULL) makes Observe fail with a retryable
+// *LockError rather than wait.
 func (e *Engine) Observe(ctx context.Context) (State, error) {
-	c, err := e.pool.Acquire(ctx)
+	conn, release, err := e.conn(ctx)
 	if err != nil {
-		return State{}, fmt.Errorf("observing %s: acquiring connection: %w", e.table, err)
+		return State{}, fmt.Errorf("observing %s: %w", e.table, err)
 	}
-	defer c.Release()
-	st, err := e.observe(ctx, c.Conn())
+	defer release(false)
+	st, err := e.observe(ctx, conn)
 	if err != nil {
 		return State{}, fmt.Errorf("observing %s: %w", e.table, err)
 	}
@@ -295,6 +402,9 @@ func (e *Engine) Observe(ctx context.Context) (State, error) {
 }
 
 func (e *Engine) observe(ctx context.Context, conn *pgx.Conn) (State, error) {
+	// A handful of catalog reads: one bound for all of them.
+	ctx, cancel := e.bounded(ctx)
+	defer cancel()
 	var st State
 	var (
 		oid     uint32
@@ -324,7 +434,7 @@ SELECT n.nspname::text, c.relname::text, pg_get_expr(c.relpartbound, c.oid), i.i
   JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE i.inhparent = $1`, oid)
 	if err != nil {
-		return st, fmt.Errorf("listing partitions: %w", err)
+		return st, lockErr("listing partitions", err)
 	}
 	for rows.Next() {
 		var (
@@ -333,7 +443,7 @@ SELECT n.nspname::text, c.relname::text, pg_get_expr(c.relpartbound, c.oid), i.i
 		)
 		if err := rows.Scan(&schema, &name, &bound, &p.DetachPending, &p.Rows); err != nil {
 			rows.Close()
-			return st, fmt.Errorf("listing partitions: %w", err)
+			return st, lockErr("listing partitions", err)
 		}
 		p.Name = name
 		if schema != e.table.Schema {
@@ -346,7 +456,7 @@ SELECT n.nspname::text, c.relname::text, pg_get_expr(c.relpartbound, c.oid), i.i
 		st.Partitions = append(st.Partitions, p)
 	}
 	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("listing partitions: %w", err)
+		return st, lockErr("listing partitions", err)
 	}
 	sort.Slice(st.Partitions, func(i, j int) bool {
 		a, b := st.Partitions[i], st.Partitions[j]
@@ -431,7 +541,7 @@ func (e *Engine) Maintain(ctx context.Context, now time.Time, premake int, reten
 	slices.SortFunc(res.Dropped, byFrom)
 	// Report the window as it is now, also after a failed step.
 	if st, oerr := e.observe(ctx, conn); oerr == nil {
-		res.Window, res.Foreign = st.Window, st.Foreign
+		res.Window, res.Partitions, res.Foreign = st.Window, st.Partitions, st.Foreign
 	}
 	if err != nil {
 		return res, fmt.Errorf("maintaining %s: %w", e.table, err)
@@ -544,8 +654,10 @@ func (e *Engine) createPartition(ctx context.Context, conn *pgx.Conn, p Partitio
 	check := fmt.Sprintf(`CHECK (event_id >= '%s'::uuid AND event_id < '%s'::uuid)`, lo, hi)
 	if adopt {
 		var has bool
-		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = $1::regclass AND conname = $2 AND contype = 'c')`,
+		qctx, cancel := e.bounded(ctx)
+		err := conn.QueryRow(qctx, `SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = $1::regclass AND conname = $2 AND contype = 'c')`,
 			child, boundsConstraint).Scan(&has)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("inspecting standalone table %s: %w", p.Name, err)
 		}
@@ -563,6 +675,15 @@ func (e *Engine) createPartition(ctx context.Context, conn *pgx.Conn, p Partitio
 		sql := fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL, CONSTRAINT %s %s);\nCOMMENT ON TABLE %s IS %s",
 			child, e.parent(), boundsConstraint, check, child, marker)
 		if err := e.ddl(ctx, conn, "creating table for partition "+p.Name, sql); err != nil {
+			if isNameTaken(err) {
+				// Not an orphan of ours (observe would have adopted it):
+				// someone else's relation or type has the partition's name.
+				kind, of, lerr := e.nameTaken(ctx, conn, p.Name)
+				if lerr == nil && kind != "" {
+					return &NameConflictError{Table: e.table.String(), Name: e.table.Schema + "." + p.Name, Kind: kind, Of: of,
+						Need: "partition " + p.Name + " for [" + p.From.UTC().Format(time.RFC3339) + ", " + p.To.UTC().Format(time.RFC3339) + ")"}
+				}
+			}
 			return err
 		}
 	}
@@ -590,6 +711,8 @@ func (e *Engine) relState(ctx context.Context, conn *pgx.Conn, name string) (rel
 	var (
 		exists, attached, pending bool
 	)
+	ctx, cancel := e.bounded(ctx)
+	defer cancel()
 	err := conn.QueryRow(ctx, `
 SELECT true, i.inhrelid IS NOT NULL, coalesce(i.inhdetachpending, false)
   FROM pg_class c
@@ -633,7 +756,7 @@ func (e *Engine) detach(ctx context.Context, conn *pgx.Conn, p Partition) error 
 			op = "finalizing the detach of partition " + p.Name
 			sql = fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s FINALIZE`, e.parent(), child)
 		}
-		err = conn.PgConn().Exec(ctx, sql).Close()
+		err = e.exec(ctx, conn, sql)
 		if err == nil {
 			continue // re-read: the next round reports it standalone
 		}
@@ -715,62 +838,93 @@ func (e *Engine) step(ctx context.Context, s Step, partition string) error {
 	return e.cfg.hook(ctx, s, partition)
 }
 
-// session takes a pool connection for the whole run, holding the table's
-// session-level advisory lock and a short lock_timeout. DETACH CONCURRENTLY
-// must run outside a transaction block, so the lock cannot be a transaction
-// lock. release gives the lock and the setting back, or discards the
-// connection if it cannot, so neither leaks into the pool.
-func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
-	pc, err := e.pool.Acquire(ctx)
+// conn takes a pool connection with the engine's lock_timeout and
+// statement_timeout set. release(maybeLocked) resets them and returns the
+// connection, or closes it when its state is unknown: after an error, in a
+// transaction, or when it may hold the table's advisory lock that could not
+// be released. Closing ends the backend, and so frees whatever it held.
+func (e *Engine) conn(ctx context.Context) (*pgx.Conn, func(maybeLocked bool), error) {
+	actx, cancel := e.bounded(ctx)
+	pc, err := e.pool.Acquire(actx)
+	cancel()
 	if err != nil {
 		return nil, nil, fmt.Errorf("acquiring connection: %w", err)
 	}
 	conn := pc.Conn()
-	locked := false
-	release := func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	release := func(maybeLocked bool) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clientGrace)
 		defer cancel()
 		var err error
-		if locked {
+		if maybeLocked {
 			_, err = conn.Exec(cctx, `SELECT pg_advisory_unlock($1)`, e.lockKey())
 		}
 		if err == nil {
-			err = conn.PgConn().Exec(cctx, "RESET lock_timeout").Close()
+			err = conn.PgConn().Exec(cctx, "RESET lock_timeout; RESET statement_timeout").Close()
 		}
-		if err != nil {
+		if err != nil || conn.PgConn().TxStatus() != 'I' {
 			_ = pc.Hijack().Close(cctx)
 			return
 		}
 		pc.Release()
 	}
-	setTimeout := fmt.Sprintf("SET lock_timeout = %d", e.cfg.lockTimeout.Milliseconds())
-	if err := conn.PgConn().Exec(ctx, setTimeout).Close(); err != nil {
-		release()
-		return nil, nil, fmt.Errorf("setting lock_timeout: %w", err)
+	settings := fmt.Sprintf("SET lock_timeout = %d; SET statement_timeout = %d", e.cfg.lockTimeout.Milliseconds(), e.cfg.statementTimeout.Milliseconds())
+	if err := e.exec(ctx, conn, settings); err != nil {
+		release(false)
+		return nil, nil, fmt.Errorf("setting lock_timeout and statement_timeout: %w", err)
+	}
+	return conn, release, nil
+}
+
+// session takes a connection (see conn) for the whole run and the table's
+// session-level advisory lock on it. DETACH CONCURRENTLY must run outside a
+// transaction block, so the lock cannot be a transaction lock. release gives
+// the lock and the settings back, or discards the connection.
+func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
+	conn, put, err := e.conn(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	// Try-lock in a loop rather than pg_advisory_lock, which would be cut
-	// short by the lock_timeout just set; waiting for another maintainer is
-	// expected and bounded separately.
+	// short by the lock_timeout; waiting for another maintainer is expected
+	// and bounded separately (WithAdvisoryLockWait).
 	deadline := time.Now().Add(e.cfg.advisoryLockWait)
 	for attempt := 1; ; attempt++ {
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, e.lockKey()).Scan(&locked); err != nil {
-			release()
+		locked := false
+		qctx, cancel := e.bounded(ctx)
+		err := conn.QueryRow(qctx, `SELECT pg_try_advisory_lock($1)`, e.lockKey()).Scan(&locked)
+		cancel()
+		if err != nil {
+			// The answer may be lost after the server took the lock.
+			put(true)
 			return nil, nil, fmt.Errorf("taking the table's advisory lock: %w", err)
 		}
 		if locked {
-			return conn, release, nil
+			return conn, func() { put(true) }, nil
 		}
-		if time.Now().After(deadline) {
-			release()
+		if !time.Now().Before(deadline) {
+			put(false)
 			return nil, nil, &LockError{Op: "waiting for another maintainer of " + e.table.String(), Attempts: attempt, Err: errors.New("advisory lock held")}
 		}
 		select {
 		case <-ctx.Done():
-			release()
+			put(false)
 			return nil, nil, fmt.Errorf("waiting for the table's advisory lock: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(min(50*time.Millisecond, time.Until(deadline)+time.Millisecond)):
 		}
 	}
+}
+
+// bounded limits ctx to one statement: statement_timeout plus a grace for
+// the server's answer. Every database call of the engine runs under it.
+func (e *Engine) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, e.cfg.statementTimeout+clientGrace)
+}
+
+// exec runs sql (simple protocol) under a statement deadline.
+func (e *Engine) exec(ctx context.Context, conn *pgx.Conn, sql string) error {
+	ctx, cancel := e.bounded(ctx)
+	defer cancel()
+	return conn.PgConn().Exec(ctx, sql).Close()
 }
 
 // lockKey is the advisory lock key of the table: a hash of its qualified
@@ -786,7 +940,7 @@ func (e *Engine) lockKey() int64 {
 // lock_timeout. Other errors are returned at once.
 func (e *Engine) ddl(ctx context.Context, conn *pgx.Conn, op, sql string) error {
 	for attempt := 1; ; attempt++ {
-		err := conn.PgConn().Exec(ctx, sql).Close()
+		err := e.exec(ctx, conn, sql)
 		if err == nil {
 			return nil
 		}
@@ -818,6 +972,15 @@ func (e *Engine) sleep(ctx context.Context, attempt int) error {
 	case <-time.After(d):
 		return nil
 	}
+}
+
+// lockErr wraps err as "op: err", as a retryable *LockError if it is a lock
+// timeout.
+func lockErr(op string, err error) error {
+	if isLockTimeout(err) {
+		return &LockError{Op: op, Attempts: 1, Err: err}
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 // isLockTimeout reports the errors a busy lock produces: lock_not_available

@@ -34,7 +34,9 @@ func (e *OwnershipError) Error() string {
 }
 
 // LayoutError reports an existing table whose layout differs from the one
-// requested: columns, partitioning, primary key (scope) or interval.
+// requested: columns, partitioning, primary key (scope) or interval. A
+// *NameConflictError (the layout cannot be created because a name it needs
+// is taken) unwraps to one.
 type LayoutError struct {
 	Table    string   // schema-qualified
 	Problems []string // one line per difference
@@ -43,6 +45,62 @@ type LayoutError struct {
 // Error lists the differences.
 func (e *LayoutError) Error() string {
 	return fmt.Sprintf("table %s does not have the expected layout: %s", e.Table, strings.Join(e.Problems, "; "))
+}
+
+// NameConflictError reports that a name the dedup DDL must create is taken
+// by something that is not ours: typically the primary key index
+// <table>_pkey left behind by a legacy table that was renamed (ALTER TABLE
+// RENAME keeps its indexes' names), or a table of someone else's named like
+// one of our partitions. Nothing was created. It unwraps to a *LayoutError,
+// so a caller that treats a layout mismatch as needing a person (not a
+// retry) treats this the same way.
+type NameConflictError struct {
+	Table string // the dedup table, schema-qualified
+	Name  string // the name that is taken, schema-qualified
+	Kind  string // what holds it: "index", "table", "sequence", "view", "type", ...
+	Of    string // for an index, the table it belongs to; "" otherwise
+	Need  string // what our DDL needs the name for
+}
+
+// Error names the taken name, what holds it, and what to do.
+func (e *NameConflictError) Error() string {
+	holder := e.Kind
+	if e.Of != "" {
+		holder += " on " + e.Of
+	}
+	return fmt.Sprintf("dedup table %s: cannot create %s: the name %s is taken by %s %s that is not ours; rename it (ALTER %s %s RENAME TO ...), drop it if it is unused, or choose another table name",
+		e.Table, e.Need, e.Name, article(holder), holder, alterKeyword(e.Kind), e.Name)
+}
+
+// Unwrap presents the conflict as a layout that cannot be created.
+func (e *NameConflictError) Unwrap() error {
+	return &LayoutError{Table: e.Table, Problems: []string{fmt.Sprintf("%s is taken by %s %s", e.Name, article(e.Kind), e.Kind)}}
+}
+
+func article(s string) string {
+	if s != "" && strings.ContainsRune("aeiou", rune(s[0])) {
+		return "an"
+	}
+	return "a"
+}
+
+// alterKeyword is the ALTER command that renames an object of kind.
+func alterKeyword(kind string) string {
+	switch kind {
+	case "index", "partitioned index":
+		return "INDEX"
+	case "sequence":
+		return "SEQUENCE"
+	case "view":
+		return "VIEW"
+	case "materialized view":
+		return "MATERIALIZED VIEW"
+	case "foreign table":
+		return "FOREIGN TABLE"
+	case "type", "composite type":
+		return "TYPE"
+	}
+	return "TABLE"
 }
 
 // LockError is a DDL statement (or the advisory lock) that could not get its

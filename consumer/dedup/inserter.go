@@ -44,6 +44,7 @@ type Inserter struct {
 	refreshEvery time.Duration
 	now          func() time.Time
 	insertSQL    string
+	forgetSQL    string
 
 	mu       sync.Mutex
 	cov      coverage
@@ -79,6 +80,12 @@ func NewInserter(t Table, group string, opts ...InserterOption) (*Inserter, erro
 	// whatever the scope; RETURNING lists only the rows inserted now.
 	in.insertSQL = fmt.Sprintf(`INSERT INTO %s (event_id, consumer_group) SELECT unnest($1::uuid[]), $2 ON CONFLICT DO NOTHING RETURNING event_id`,
 		pgx.Identifier{t.Schema, t.Name}.Sanitize())
+	// The key of the row to take back: the id alone under ScopeGlobal (one
+	// row whichever group wrote it), the id and this group otherwise.
+	in.forgetSQL = fmt.Sprintf(`DELETE FROM %s WHERE event_id = $1`, pgx.Identifier{t.Schema, t.Name}.Sanitize())
+	if t.Scope == ScopeConsumerGroup {
+		in.forgetSQL += ` AND consumer_group = $2`
+	}
 	return in, nil
 }
 
@@ -141,6 +148,30 @@ func (in *Inserter) Insert(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (Bat
 		seen[id] = true
 	}
 	return res, nil
+}
+
+// Forget takes id back out of the dedup table inside tx: under
+// ScopeConsumerGroup the row of the inserter's group, under ScopeGlobal the
+// id's row whichever group wrote it. It is for an event inserted earlier in
+// the same transaction whose processing was given up (a handler that kept
+// failing), so that a later replay of it is not skipped as a duplicate; the
+// row then never becomes visible to others. An id without a row (or outside
+// the window) is not an error. Retention is by dropping partitions, never
+// by Forget.
+func (in *Inserter) Forget(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	if tx == nil {
+		return errors.New("forgetting event id: nil transaction")
+	}
+	var err error
+	if in.table.Scope == ScopeConsumerGroup {
+		_, err = tx.Exec(ctx, in.forgetSQL, id, in.group)
+	} else {
+		_, err = tx.Exec(ctx, in.forgetSQL, id)
+	}
+	if err != nil {
+		return fmt.Errorf("forgetting event id %s in %s: %w", id, in.table, err)
+	}
+	return nil
 }
 
 // classify marks the ids without a partition and returns the others, unique
