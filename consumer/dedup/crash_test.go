@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency-dev/operator/consumer/consumertest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -35,7 +34,7 @@ func TestCrashAtEveryStepConverges(t *testing.T) {
 	later := start.Add(3 * time.Hour) // drops three, creates three
 	for _, step := range []Step{StepCreated, StepAttached, StepDetached, StepDropped} {
 		t.Run(string(step), func(t *testing.T) {
-			pool := consumertest.NewPool(t)
+			pool := newPool(t)
 			ctx := testCtx(t)
 			tbl := Table{Interval: Hourly}
 			newEngine(t, pool, tbl)
@@ -91,7 +90,7 @@ func TestCrashAtEveryStepConverges(t *testing.T) {
 // the reader is gone the next run completes the detach with FINALIZE and
 // drops the table.
 func TestPendingDetachIsFinalized(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	tbl := Table{Interval: Hourly}
 	e := newEngine(t, pool, tbl, WithLockTimeout(200*time.Millisecond), WithAttempts(2), WithBackoff(20*time.Millisecond, 50*time.Millisecond))
@@ -194,11 +193,23 @@ func assertConverged(t *testing.T, pool *pgxpool.Pool, e *Engine, now time.Time,
 // DETACH CONCURRENTLY waits in its second phase (a real crash, not a
 // timeout). The partition is left pending; the engine discards the broken
 // connection; the next run finalizes and drops it.
+//
+// The maintainer has a pool of its own with an application_name, so the
+// backend terminated is certainly its own: pg_stat_activity lists every
+// database of the server (all packages' tests, with TEST_DATABASE_URL).
 func TestMaintainerKilledDuringDetach(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	tbl := Table{Interval: Hourly}
-	patient := newEngine(t, pool, tbl, WithLockTimeout(time.Minute))
+	const app = "dedup-test-killed-maintainer"
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	mpool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mpool.Close)
+	patient := newEngine(t, mpool, tbl, WithLockTimeout(30*time.Second))
 	start := time.Date(2024, 6, 1, 12, 0, 0, 0, time.UTC)
 	const premake, retention = 1, 3 * time.Hour
 	if _, err := patient.Maintain(ctx, start, premake, retention); err != nil {
@@ -220,13 +231,18 @@ func TestMaintainerKilledDuringDetach(t *testing.T) {
 	}()
 	var pid int
 	waitFor(t, func() bool {
-		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE%DETACH PARTITION%CONCURRENTLY' AND wait_event_type = 'Lock'`).Scan(&pid)
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1
+			  AND query LIKE 'ALTER TABLE%DETACH PARTITION%CONCURRENTLY' AND wait_event_type = 'Lock'`, app).Scan(&pid)
 		return err == nil
 	}, "DETACH CONCURRENTLY waiting for the reader")
-	if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
-		t.Fatal(err)
+	// Wait (up to 10s) for the backend to be gone, so nothing it held
+	// lingers into the next step.
+	var gone bool
+	if err := pool.QueryRow(ctx, "SELECT pg_terminate_backend($1, 10000)", pid).Scan(&gone); err != nil || !gone {
+		t.Fatalf("terminating the maintainer's backend %d: %v, %v", pid, gone, err)
 	}
-	if err := <-done; err == nil {
+	if err := recvWithin(t, done, time.Minute, "Maintain to return after its backend was terminated"); err == nil {
 		t.Fatal("Maintain survived the termination of its backend")
 	}
 	oldest := PartitionName("processed_event", Hourly, start.Add(-3*time.Hour))
@@ -247,7 +263,7 @@ func TestMaintainerKilledDuringDetach(t *testing.T) {
 	assertConverged(t, pool, patient, start.Add(time.Hour), premake, retention)
 	// The pool holds no connection with a stale advisory lock: a fresh
 	// engine gets the lock at once.
-	quick, _ := NewEngine(pool, tbl, WithAdvisoryLockWait(0))
+	quick, _ := NewEngine(mpool, tbl, WithAdvisoryLockWait(0))
 	if _, err := quick.Maintain(ctx, start.Add(time.Hour), premake, retention); err != nil {
 		t.Fatalf("advisory lock leaked: %v", err)
 	}
@@ -258,7 +274,7 @@ func TestMaintainerKilledDuringDetach(t *testing.T) {
 // was cancelled) is finalized and attached again, so its range accepts
 // inserts once more.
 func TestPendingDetachOfKeptPartitionIsReattached(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	tbl := Table{Interval: Hourly}
 	e := newEngine(t, pool, tbl)

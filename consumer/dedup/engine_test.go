@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -9,11 +10,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestEnsureTable(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	tbl := Table{Schema: "dedup", Name: "processed_event", Scope: ScopeGlobal, Interval: Daily}
 	e := newEngine(t, pool, tbl)
@@ -109,7 +110,7 @@ func TestEnsureTable(t *testing.T) {
 }
 
 func TestMaintainCreatesAndDrops(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	e := newEngine(t, pool, Table{Interval: Hourly})
 	now := time.Date(2024, 2, 29, 22, 30, 0, 0, time.UTC)
@@ -131,6 +132,10 @@ func TestMaintainCreatesAndDrops(t *testing.T) {
 	}
 	if len(st.Partitions) != len(want) || len(st.Foreign) != 0 || len(st.Orphans) != 0 {
 		t.Fatalf("observed %v foreign %v orphans %v", partitionNames(st.Partitions), st.Foreign, names(st.Orphans))
+	}
+	// The result carries the partitions after the run, as Observe sees them.
+	if !slices.Equal(res.Partitions, st.Partitions) {
+		t.Fatalf("result partitions %+v, observed %+v", res.Partitions, st.Partitions)
 	}
 	// Every partition carries the bounds CHECK, the primary key and the BRIN
 	// index copied from the parent.
@@ -177,6 +182,9 @@ func TestMaintainCreatesAndDrops(t *testing.T) {
 	if got, want := names(res.Created), []string{"processed_event_p2024030102", "processed_event_p2024030103", "processed_event_p2024030104"}; !slices.Equal(got, want) {
 		t.Fatalf("created %v, want %v", got, want)
 	}
+	if got, want := partitionNames(res.Partitions), names(PlanPartitions(now.Add(3*time.Hour), Hourly, 3, 3*time.Hour, "processed_event", nil).Create); !slices.Equal(got, want) {
+		t.Fatalf("result partitions %v, want %v", got, want)
+	}
 	var left int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname IN ('processed_event_p2024022919', 'processed_event_p2024022920', 'processed_event_p2024022921')`).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d dropped tables still exist (err %v)", left, err)
@@ -192,7 +200,7 @@ func TestMaintainCreatesAndDrops(t *testing.T) {
 }
 
 func TestConcurrentMaintainersSerialise(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	tbl := Table{Interval: Hourly}
 	newEngine(t, pool, tbl)
@@ -212,7 +220,7 @@ func TestConcurrentMaintainersSerialise(t *testing.T) {
 			results[i], errs[i] = e.Maintain(ctx, now, 6, 12*time.Hour)
 		}()
 	}
-	wg.Wait()
+	waitWithin(t, &wg, 2*time.Minute, "the maintainers")
 	created := 0
 	for i := range results {
 		if errs[i] != nil {
@@ -227,7 +235,7 @@ func TestConcurrentMaintainersSerialise(t *testing.T) {
 }
 
 func TestForeignPartitionsAreLeftAlone(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	e := newEngine(t, pool, Table{Interval: Daily})
 	day0 := time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC)
@@ -257,5 +265,158 @@ func TestForeignPartitionsAreLeftAlone(t *testing.T) {
 	}
 	if err := e.DropTable(ctx, testOwner); err == nil || !strings.Contains(err.Error(), "foreign partitions") {
 		t.Fatalf("DropTable with a foreign partition = %v, want a refusal", err)
+	}
+}
+
+// TestNameConflicts: a legacy table renamed out of the new table's way keeps
+// its primary key index, named <table>_pkey, which the new table's primary
+// key needs; a type can hold the table's name; a table that is not ours can
+// hold a partition's name. Each is reported as a *NameConflictError naming
+// the holder and what to do (also a *LayoutError), not as SQLSTATE 42P07,
+// and nothing is created; once the name is freed, the same call succeeds.
+func TestNameConflicts(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	mustExec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	checkConflict := func(err error, name, kind, of string) {
+		t.Helper()
+		var nc *NameConflictError
+		if !errors.As(err, &nc) || nc.Name != name || nc.Kind != kind || nc.Of != of {
+			t.Fatalf("err = %v, want a *NameConflictError for %s %s (of %q)", err, kind, name, of)
+		}
+		var le *LayoutError
+		if !errors.As(err, &le) {
+			t.Fatalf("%v does not match *LayoutError", err)
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			t.Fatalf("%v carries the raw SQLSTATE %s", err, pgErr.Code)
+		}
+		if IsRetryable(err) {
+			t.Fatalf("%v is reported retryable; it needs a person", err)
+		}
+	}
+
+	t.Run("renamed legacy table's primary key", func(t *testing.T) {
+		mustExec(`CREATE TABLE processed_event (event_id uuid PRIMARY KEY, processed_at timestamptz NOT NULL DEFAULT now());
+			ALTER TABLE processed_event RENAME TO processed_event_legacy`)
+		e, _ := NewEngine(pool, Table{Interval: Daily})
+		err := e.EnsureTable(ctx, testOwner)
+		checkConflict(err, "public.processed_event_pkey", "index", "public.processed_event_legacy")
+		if !strings.Contains(err.Error(), "ALTER INDEX public.processed_event_pkey RENAME TO") || !strings.Contains(err.Error(), "primary key") {
+			t.Fatalf("message does not say what to do: %v", err)
+		}
+		if st, err := e.Observe(ctx); err != nil || st.Exists {
+			t.Fatalf("table created despite the conflict (exists %v, err %v)", st.Exists, err)
+		}
+		mustExec(`ALTER INDEX processed_event_pkey RENAME TO processed_event_legacy_pkey`)
+		if err := e.EnsureTable(ctx, testOwner); err != nil {
+			t.Fatalf("EnsureTable after the rename: %v", err)
+		}
+	})
+
+	t.Run("a type with the table's name", func(t *testing.T) {
+		mustExec(`CREATE TYPE other_event AS ENUM ('x')`)
+		e, _ := NewEngine(pool, Table{Name: "other_event"})
+		checkConflict(e.EnsureTable(ctx, testOwner), "public.other_event", "type", "")
+	})
+
+	t.Run("a table with a partition's name", func(t *testing.T) {
+		now := time.Date(2024, 1, 10, 12, 0, 0, 0, time.UTC)
+		e, _ := NewEngine(pool, Table{Interval: Daily})
+		mustExec(`CREATE TABLE processed_event_p20240111 (x int)`)
+		res, err := e.Maintain(ctx, now, 1, 24*time.Hour)
+		checkConflict(err, "public.processed_event_p20240111", "table", "")
+		if !strings.Contains(err.Error(), "partition processed_event_p20240111") {
+			t.Fatalf("message does not name the partition: %v", err)
+		}
+		if !slices.Contains(partitionNames(res.Partitions), "processed_event_p20240110") {
+			t.Fatalf("the current partition, created first, is not reported: %v", partitionNames(res.Partitions))
+		}
+		mustExec(`DROP TABLE processed_event_p20240111`)
+		if _, err := e.Maintain(ctx, now, 1, 24*time.Hour); err != nil {
+			t.Fatalf("Maintain once the name is free: %v", err)
+		}
+	})
+}
+
+// TestEngineBoundsItsWaits: the engine's statements run under
+// statement_timeout, its session is bounded by a client deadline, and a
+// maintainer waits for another one's advisory lock only as long as
+// WithAdvisoryLockWait allows.
+func TestEngineBoundsItsWaits(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Interval: Hourly}
+	if _, err := NewEngine(pool, tbl, WithLockTimeout(time.Second), WithStatementTimeout(time.Second)); err == nil {
+		t.Fatal("NewEngine accepted a statement timeout not above the lock timeout")
+	}
+	e := newEngine(t, pool, tbl, WithLockTimeout(100*time.Millisecond), WithStatementTimeout(300*time.Millisecond),
+		WithAdvisoryLockWait(300*time.Millisecond))
+
+	conn, release, err := e.session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	err = e.exec(ctx, conn, "SELECT pg_sleep(30)")
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "57014" || time.Since(t0) > 10*time.Second {
+		t.Fatalf("a long statement in the session: %v after %s, want statement_timeout (57014) at once", err, time.Since(t0))
+	}
+	release()
+	var lt, st string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('lock_timeout'), current_setting('statement_timeout')").Scan(&lt, &st); err != nil || lt != "0" || st != "0" {
+		t.Fatalf("settings leaked into the pool: lock_timeout %q statement_timeout %q (err %v)", lt, st, err)
+	}
+
+	// Another maintainer (here, a plain session) holds the table's lock.
+	holder, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", e.lockKey()); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	_, err = e.Maintain(context.Background(), time.Now(), 1, time.Hour)
+	if !IsRetryable(err) || time.Since(t0) > 5*time.Second {
+		t.Fatalf("Maintain behind another maintainer: %v after %s, want a retryable error after about 300ms", err, time.Since(t0))
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", e.lockKey()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Maintain(ctx, time.Now(), 1, time.Hour)
+	if err != nil || len(res.Created) == 0 {
+		t.Fatalf("Maintain once the lock is free: created %v, err %v", names(res.Created), err)
+	}
+
+	// pg_get_expr, which renders the bounds, locks each partition: behind
+	// an ACCESS EXCLUSIVE lock on one, Observe gives up with a retryable
+	// error after the lock timeout instead of waiting.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+res.Created[0].Name+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	_, err = e.Observe(context.Background())
+	if !IsRetryable(err) || time.Since(t0) > 5*time.Second {
+		t.Fatalf("Observe behind an ACCESS EXCLUSIVE lock on a partition: %v after %s, want a retryable error at once", err, time.Since(t0))
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Observe(ctx); err != nil {
+		t.Fatalf("Observe once the lock is gone: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -19,7 +20,7 @@ import (
 // event id: with the obvious time-partitioned layout a redelivered event is
 // a new key and gets processed again.
 func TestRedeliveryRegression(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	event := idAt(time.Date(2024, 3, 1, 9, 59, 0, 0, time.UTC))
 
@@ -78,7 +79,7 @@ CREATE TABLE naive_d2 PARTITION OF naive FOR VALUES FROM ('2024-03-02 00:00+00')
 }
 
 func TestInsertBatchSemantics(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	now := time.Now().UTC()
 	for _, scope := range []Scope{ScopeConsumerGroup, ScopeGlobal} {
@@ -131,7 +132,7 @@ func TestInsertBatchSemantics(t *testing.T) {
 // second waits for the first; it sees a duplicate if the first commits and a
 // fresh id if the first rolls back.
 func TestConcurrentSameID(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	tbl := Table{Scope: ScopeGlobal, Interval: Daily}
 	e := newEngine(t, pool, tbl)
@@ -174,7 +175,8 @@ func TestConcurrentSameID(t *testing.T) {
 			// tx2 must be waiting on tx1's transaction lock, not finished.
 			waitFor(t, func() bool {
 				var n int
-				_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'transactionid' AND query LIKE 'INSERT INTO%'`).Scan(&n)
+				_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+					AND wait_event_type = 'Lock' AND wait_event = 'transactionid' AND query LIKE 'INSERT INTO%'`).Scan(&n)
 				return n == 1
 			}, "second insert waiting on the first transaction")
 			select {
@@ -190,7 +192,7 @@ func TestConcurrentSameID(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			o := <-done
+			o := recvWithin(t, done, time.Minute, "the second insert to return after the first ended")
 			if o.err != nil {
 				t.Fatal(o.err)
 			}
@@ -210,7 +212,7 @@ func TestConcurrentSameID(t *testing.T) {
 // savepoint; Insert re-reads the window, reports the id outside, inserts the
 // rest, and the transaction stays usable.
 func TestInsertAfterWindowShrank(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	tbl := Table{Interval: Hourly}
 	e := newEngine(t, pool, tbl)
@@ -323,7 +325,7 @@ func TestHostileIdentifiersRejectedBeforeSQL(t *testing.T) {
 // TestReservedKeywordsMatchServer compares our reserved word list with the
 // running server's.
 func TestReservedKeywordsMatchServer(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	rows, err := pool.Query(testCtx(t), `SELECT word FROM pg_get_keywords() WHERE catcode IN ('R', 'T')`)
 	if err != nil {
 		t.Fatal(err)
@@ -350,5 +352,82 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestForget: Forget takes back the row of the inserter's group under
+// ScopeConsumerGroup and the id's row under ScopeGlobal, in the caller's
+// transaction; the id is then fresh again. An id without a row, even one
+// outside the window, is not an error.
+func TestForget(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	now := time.Now().UTC()
+	for _, scope := range []Scope{ScopeConsumerGroup, ScopeGlobal} {
+		t.Run(string(scope), func(t *testing.T) {
+			tbl := Table{Name: "pf_" + strings.ToLower(string(scope)), Scope: scope, Interval: Daily}
+			e := newEngine(t, pool, tbl)
+			if _, err := e.Maintain(ctx, now, 1, 24*time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			g1, _ := NewInserter(tbl, "g1")
+			g2, _ := NewInserter(tbl, "g2")
+			a, b := idAt(now), idAt(now)
+			insertCommit(t, pool, g1, a, b)
+			if scope == ScopeConsumerGroup {
+				insertCommit(t, pool, g2, a)
+			}
+			rowsOf := func(id uuid.UUID) int {
+				var n int
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+tbl.Name+` WHERE event_id = $1`, id).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+
+			// As the runtime does for an event given up: insert and forget in
+			// one transaction, so the row is never visible.
+			c := idAt(now)
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if r, err := g1.Insert(ctx, tx, []uuid.UUID{c}); err != nil || !r.Fresh[0] {
+					return fmt.Errorf("insert: %+v %v", r, err)
+				}
+				return g1.Forget(ctx, tx, c)
+			})
+			if err != nil || rowsOf(c) != 0 {
+				t.Fatalf("insert+forget in one transaction: err %v, %d rows left", err, rowsOf(c))
+			}
+
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return g1.Forget(ctx, tx, a) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 0 // Global: the id's only row
+			if scope == ScopeConsumerGroup {
+				want = 1 // g2's row stays
+			}
+			if n := rowsOf(a); n != want {
+				t.Fatalf("after forgetting %s for g1: %d rows, want %d", a, n, want)
+			}
+			if rowsOf(b) != 1 {
+				t.Fatal("forgetting one id took another")
+			}
+			if r := insertCommit(t, pool, g1, a); !r.Fresh[0] {
+				t.Fatalf("forgotten id not fresh again for g1: %+v", r)
+			}
+
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if err := g1.Forget(ctx, tx, idAt(now)); err != nil {
+					return err
+				}
+				return g1.Forget(ctx, tx, idAt(now.AddDate(-1, 0, 0)))
+			})
+			if err != nil {
+				t.Fatalf("forgetting ids without rows: %v", err)
+			}
+			if err := g1.Forget(ctx, nil, a); err == nil {
+				t.Fatal("Forget with a nil transaction succeeded")
+			}
+		})
 	}
 }

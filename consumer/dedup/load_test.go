@@ -11,24 +11,29 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/idempotency-dev/operator/consumer/consumertest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// writers inserts batches continuously until stop is closed, recording the
+// writers inserts batches continuously until stopped, recording the
 // latency of every Insert call and every failure.
 type writers struct {
+	t         *testing.T
 	mu        sync.Mutex
 	latencies []time.Duration
 	errs      []error
 	rows      atomic.Int64
 	wg        sync.WaitGroup
 	stop      chan struct{}
+	stopOnce  sync.Once
 }
 
-func startWriters(ctx context.Context, pool *pgxpool.Pool, in *Inserter, n, batch int, from, to time.Time) *writers {
-	w := &writers{stop: make(chan struct{})}
+// startWriters starts n writers. They are stopped by finish or, if the test
+// ends first (a failure), by a cleanup that runs before the pool is closed:
+// a writer left running would keep the pool busy and spin on its errors.
+func startWriters(ctx context.Context, t *testing.T, pool *pgxpool.Pool, in *Inserter, n, batch int, from, to time.Time) *writers {
+	w := &writers{t: t, stop: make(chan struct{})}
+	t.Cleanup(func() { w.stopOnce.Do(func() { close(w.stop) }); w.wg.Wait() })
 	span := to.Sub(from)
 	for range n {
 		w.wg.Add(1)
@@ -73,8 +78,8 @@ func startWriters(ctx context.Context, pool *pgxpool.Pool, in *Inserter, n, batc
 }
 
 func (w *writers) finish() (lat []time.Duration, errs []error) {
-	close(w.stop)
-	w.wg.Wait()
+	w.stopOnce.Do(func() { close(w.stop) })
+	waitWithin(w.t, &w.wg, time.Minute, "the writers to stop")
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	slices.Sort(w.latencies)
@@ -95,6 +100,9 @@ func lockWaitSampler(ctx context.Context, t *testing.T, pool *pgxpool.Pool) (sto
 	var samples, waits atomic.Int64
 	done := make(chan struct{})
 	finished := make(chan struct{})
+	var once sync.Once
+	halt := func() { once.Do(func() { close(done) }); <-finished }
+	t.Cleanup(halt) // stops it before the pool is closed if the test fails first
 	go func() {
 		defer close(finished)
 		for {
@@ -105,7 +113,8 @@ func lockWaitSampler(ctx context.Context, t *testing.T, pool *pgxpool.Pool) (sto
 			}
 			var n int
 			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND wait_event = 'relation' AND query LIKE 'INSERT INTO "public"."processed_event"%'`).Scan(&n)
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'relation'
+				  AND query LIKE 'INSERT INTO "public"."processed_event"%'`).Scan(&n)
 			if err == nil {
 				samples.Add(1)
 				waits.Add(int64(n))
@@ -113,8 +122,7 @@ func lockWaitSampler(ctx context.Context, t *testing.T, pool *pgxpool.Pool) (sto
 		}
 	}()
 	return func() (int, int) {
-		close(done)
-		<-finished
+		halt()
 		return int(samples.Load()), int(waits.Load())
 	}
 }
@@ -127,7 +135,7 @@ func TestMaintenanceUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
 	}
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	const lockTimeout = 500 * time.Millisecond
 	tbl := Table{Interval: Hourly}
@@ -147,7 +155,7 @@ func TestMaintenanceUnderLoad(t *testing.T) {
 
 	in, _ := NewInserter(tbl, "load", WithRefreshInterval(100*time.Millisecond))
 	// Ids from the partitions that stay through every step.
-	w := startWriters(ctx, pool, in, 4, 100, base.Add(-12*time.Hour), base.Add(time.Hour))
+	w := startWriters(ctx, t, pool, in, 4, 100, base.Add(-12*time.Hour), base.Add(time.Hour))
 	stopSampler := lockWaitSampler(ctx, t, pool)
 	time.Sleep(500 * time.Millisecond)
 
@@ -200,7 +208,7 @@ func TestMaintenanceUnderLoad(t *testing.T) {
 // with a retryable error after its bounded retries, the writers keep going
 // unaffected meanwhile, and the next run after the transaction succeeds.
 func TestMaintenanceBacksOffBehindLongTransaction(t *testing.T) {
-	pool := consumertest.NewPool(t)
+	pool := newPool(t)
 	ctx := testCtx(t)
 	const lockTimeout = 200 * time.Millisecond
 	tbl := Table{Interval: Hourly}
@@ -210,7 +218,7 @@ func TestMaintenanceBacksOffBehindLongTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, _ := NewInserter(tbl, "load")
-	w := startWriters(ctx, pool, in, 2, 50, base.Add(-2*time.Hour), base.Add(time.Hour))
+	w := startWriters(ctx, t, pool, in, 2, 50, base.Add(-2*time.Hour), base.Add(time.Hour))
 
 	holder, err := pool.Begin(ctx)
 	if err != nil {
