@@ -15,11 +15,13 @@ COPY consumer/ consumer/
 COPY controllers/ controllers/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/manager ./cmd/consumer
+    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/manager ./cmd/consumer ./cmd/dedup-migrate
 
 FROM gcr.io/distroless/static:nonroot AS consumer
 WORKDIR /
 COPY --from=builder /out/consumer /consumer
+# The migration tool for legacy processed_event tables (docs/migration.md) rides along.
+COPY --from=builder /out/dedup-migrate /dedup-migrate
 USER 65532:65532
 ENTRYPOINT ["/consumer"]
 

@@ -32,6 +32,10 @@ manifests: ## Generate the CRD and RBAC manifests from the API types and markers
 generate: ## Generate DeepCopy methods.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
+.PHONY: api-docs
+api-docs: ## Regenerate docs/api-reference.md from the API types (a test fails when it is stale).
+	go run ./hack/apidocs > docs/api-reference.md
+
 .PHONY: verify-generated
 verify-generated: ## Fail if generated code or manifests are stale (they are regenerated in place).
 	@before="$$(find $(GENERATED) -type f 2>/dev/null | sort | xargs -r sha256sum)"; \
