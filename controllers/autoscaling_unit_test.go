@@ -220,10 +220,20 @@ func TestKStatusOfEachOutcome(t *testing.T) {
 			if got := kstatusOfTyped(t, obj); got != tc.want {
 				t.Errorf("kstatus = %s, want %s (%s)", got, tc.want, conditionsSummary(obj))
 			}
+			health, msg := argoHealth(t, unstructuredOf(t, obj))
+			if health != argoFor[tc.want] {
+				t.Errorf("Argo CD health %s (%s), want %s", health, msg, argoFor[tc.want])
+			}
+			if tc.name == "ready with warnings" && !strings.Contains(msg, "TopicRetentionCovered False (DedupRetentionShorterThanTopic)") {
+				t.Errorf("Argo CD message %q does not list the warnings", msg)
+			}
 			// The same status one generation behind is never Current.
 			obj.Generation = 4
 			if got := kstatusOfTyped(t, obj); got != status.InProgressStatus {
 				t.Errorf("with an unobserved generation kstatus = %s, want InProgress", got)
+			}
+			if health, _ := argoHealth(t, unstructuredOf(t, obj)); health != "Progressing" {
+				t.Errorf("with an unobserved generation Argo CD health = %s, want Progressing", health)
 			}
 		})
 	}
@@ -236,16 +246,31 @@ func TestKStatusOfEachOutcome(t *testing.T) {
 		if got := kstatusOfTyped(t, obj); got != status.InProgressStatus {
 			t.Errorf("suspended: kstatus = %s", got)
 		}
+		if health, _ := argoHealth(t, unstructuredOf(t, obj)); health != "Suspended" {
+			t.Errorf("suspended: Argo CD health = %s", health)
+		}
+	})
+	t.Run("no status yet", func(t *testing.T) {
+		obj := newConsumer("ns", "a")
+		obj.Generation = 1
+		if health, _ := argoHealth(t, unstructuredOf(t, obj)); health != "Progressing" {
+			t.Errorf("before the first reconcile Argo CD health = %s, want Progressing", health)
+		}
 	})
 }
 
-func kstatusOfTyped(t *testing.T, obj *kafkav1alpha1.IdempotentConsumer) status.Status {
+func unstructuredOf(t *testing.T, obj *kafkav1alpha1.IdempotentConsumer) map[string]any {
 	t.Helper()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &unstructured.Unstructured{Object: m}
+	return m
+}
+
+func kstatusOfTyped(t *testing.T, obj *kafkav1alpha1.IdempotentConsumer) status.Status {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: unstructuredOf(t, obj)}
 	u.SetGroupVersionKind(kafkav1alpha1.GroupVersion.WithKind("IdempotentConsumer"))
 	res, err := status.Compute(u)
 	if err != nil {

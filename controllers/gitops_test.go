@@ -20,9 +20,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	lua "github.com/yuin/gopher-lua"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -65,7 +70,89 @@ func (te *testEnv) waitKStatus(t testing.TB, ns, name string, want status.Status
 		res, u = te.kstatusOf(t, ns, name)
 		return res.Status == want, fmt.Sprintf("kstatus %s: %s", res.Status, res.Message)
 	})
+	if health, msg := argoHealth(t, u.Object); health != argoFor[want] {
+		t.Errorf("kstatus %s but the Argo CD health check says %s: %s", want, health, msg)
+	}
 	return res, u
+}
+
+// argoHealthScript is the Argo CD health check of docs/gitops.md, read from
+// the document so the published snippet is the tested one.
+var argoHealthScript = sync.OnceValues(func() (string, error) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "gitops.md"))
+	if err != nil {
+		return "", err
+	}
+	const key = "resource.customizations.health.kafka.idempotency.dev_IdempotentConsumer: |"
+	_, rest, ok := strings.Cut(string(b), key+"\n")
+	if !ok {
+		return "", fmt.Errorf("docs/gitops.md has no %q", key)
+	}
+	var script []string
+	for _, line := range strings.Split(rest, "\n") {
+		if strings.HasPrefix(line, "```") {
+			break
+		}
+		script = append(script, strings.TrimPrefix(line, "    "))
+	}
+	return strings.Join(script, "\n"), nil
+})
+
+// argoHealth runs the Argo CD health check on an object as Argo CD does:
+// gopher-lua, the object as the global table obj, the returned table's
+// status and message.
+func argoHealth(t testing.TB, obj map[string]any) (string, string) {
+	t.Helper()
+	script, err := argoHealthScript()
+	if err != nil {
+		t.Fatal(err)
+	}
+	L := lua.NewState()
+	defer L.Close()
+	L.SetGlobal("obj", toLua(L, obj))
+	if err := L.DoString(script); err != nil {
+		t.Fatalf("the Argo CD health check failed: %v", err)
+	}
+	hs, ok := L.Get(-1).(*lua.LTable)
+	if !ok {
+		t.Fatalf("the Argo CD health check returned %v", L.Get(-1))
+	}
+	return lua.LVAsString(hs.RawGetString("status")), lua.LVAsString(hs.RawGetString("message"))
+}
+
+func toLua(L *lua.LState, v any) lua.LValue {
+	switch v := v.(type) {
+	case map[string]any:
+		t := L.NewTable()
+		for k, e := range v {
+			t.RawSetString(k, toLua(L, e))
+		}
+		return t
+	case []any:
+		t := L.NewTable()
+		for _, e := range v {
+			t.Append(toLua(L, e))
+		}
+		return t
+	case string:
+		return lua.LString(v)
+	case bool:
+		return lua.LBool(v)
+	case int64:
+		return lua.LNumber(v)
+	case float64:
+		return lua.LNumber(v)
+	case nil:
+		return lua.LNil
+	}
+	panic(fmt.Sprintf("toLua: %T", v))
+}
+
+// argoFor is the Argo CD health each kstatus verdict must come with.
+var argoFor = map[status.Status]string{
+	status.CurrentStatus:    "Healthy",
+	status.InProgressStatus: "Progressing",
+	status.FailedStatus:     "Degraded",
 }
 
 func observedGenerationMatches(u *unstructured.Unstructured) bool {
