@@ -184,9 +184,14 @@ func (r *IdempotentConsumerReconciler) reconcileAutoscaling(ctx context.Context,
 }
 
 // removeAutoscaling deletes the ScaledObject and TriggerAuthentication this
-// object created, if KEDA is there to have them.
+// object created, if KEDA is there to have them. Objects that never had
+// autoscaling (no spec.autoscaling, no status.scaledObjectName) cost no API
+// call.
 func (r *IdempotentConsumerReconciler) removeAutoscaling(ctx context.Context, s *reconcileState) error {
 	obj := s.obj
+	if obj.Spec.Autoscaling == nil && obj.Status.ScaledObjectName == "" {
+		return nil
+	}
 	installed, err := r.kedaInstalled(s.now)
 	if err != nil || !installed {
 		obj.Status.ScaledObjectName = ""
