@@ -7,6 +7,8 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,57 +18,80 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// EnvBench enables TestBenchmarkReport; EnvBenchRows overrides its row count.
+// EnvBench enables TestBenchmarkReport; EnvBenchRows overrides its rows per
+// day (1M) and EnvBenchDays its retention window in days (7).
 const (
 	EnvBench     = "DEDUP_BENCH"
 	EnvBenchRows = "DEDUP_BENCH_ROWS"
+	EnvBenchDays = "DEDUP_BENCH_DAYS"
 )
 
 // TestBenchmarkReport measures, in one run against the same server, the two
 // claims the design rests on and prints them as ratios on one final line:
 //
-//	RESULT drop_vs_delete=<x> batch_vs_single=<y> ...
+//	RESULT drop_vs_delete=<x> ... batch_vs_single=<y> ...
 //
-// drop_vs_delete: expiring a 1M-row partition (DETACH CONCURRENTLY + DROP,
-// as Maintain does) against DELETE of the same rows from an unpartitioned
-// table of the same size, in wall time; drop_vs_delete_vacuum adds the
-// VACUUM the DELETE needs before its space is reusable; drop_vs_delete_wal
-// compares the WAL bytes written (replication and archiving volume).
-// batch_vs_single: one batched dedup insert of 500
-// ids against 500 single-row INSERT ... ON CONFLICT in one transaction
-// (medians of several rounds). Run with
+// Expiry: both tables hold the same retention window, DEDUP_BENCH_DAYS days
+// of DEDUP_BENCH_ROWS rows each, and one day (1M rows) expires.
+//   - partitioned: our table, one partition a day; the expired day goes with
+//     DETACH CONCURRENTLY + DROP TABLE (drop_ms, split into detach_ms and
+//     droptable_ms), and, the next day, through a whole Maintain call as the
+//     operator runs it (maintain_ms).
+//   - baseline: the legacy layout a retention job faces, one unpartitioned
+//     table with PRIMARY KEY (event_id) and a B-tree index on processed_at;
+//     the job runs DELETE ... WHERE processed_at < cutoff (delete_ms), and
+//     the VACUUM that must follow before the space is reused (vacuum_ms).
 //
-//	DEDUP_BENCH=1 go test ./consumer/dedup/ -run '^TestBenchmarkReport$' -count=1 -v
+// drop_vs_delete = delete_ms / drop_ms (the headline, DELETE alone);
+// drop_vs_delete_vacuum = (delete_ms + vacuum_ms) / drop_ms; the _wal ratios
+// compare WAL bytes (what replicas and archives absorb). batch_vs_single:
+// one batched dedup insert of 500 ids against 500 single-row INSERT ... ON
+// CONFLICT in one transaction (medians of several rounds). Run with
+//
+//	DEDUP_BENCH=1 go test ./consumer/dedup/ -run '^TestBenchmarkReport$' -count=1 -v -timeout 30m
 func TestBenchmarkReport(t *testing.T) {
 	if os.Getenv(EnvBench) == "" {
 		t.Skipf("set %s=1 to run the benchmark report", EnvBench)
 	}
-	rows := 1_000_000
-	if s := os.Getenv(EnvBenchRows); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1000 {
-			t.Fatalf("%s=%q: want an integer >= 1000", EnvBenchRows, s)
-		}
-		rows = n
-	}
-	pool := consumertest.NewPool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	rows := benchEnvInt(t, EnvBenchRows, 1_000_000, 1000)
+	days := benchEnvInt(t, EnvBenchDays, 7, 2)
+	pool := newPoolWithin(t, 60*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
 
-	m := benchDropVsDelete(ctx, t, pool, rows)
+	m := benchExpiry(ctx, t, pool, rows, days)
 	batchMs, singleMs := benchBatchVsSingle(ctx, t, pool, 500, 7)
-	fmt.Printf("RESULT drop_vs_delete=%.1f drop_vs_delete_vacuum=%.1f drop_vs_delete_wal=%.0f batch_vs_single=%.1f"+
-		" drop_ms=%.1f delete_ms=%.0f vacuum_ms=%.0f batch_ms=%.2f single_ms=%.1f rows=%d\n",
-		m.deleteMs/m.dropMs, (m.deleteMs+m.vacuumMs)/m.dropMs, float64(m.deleteWAL)/float64(max(m.dropWAL, 1)), singleMs/batchMs,
-		m.dropMs, m.deleteMs, m.vacuumMs, batchMs, singleMs, rows)
+	ratio := func(a, b float64) float64 { return a / max(b, 1e-9) }
+	fmt.Printf("RESULT drop_vs_delete=%.1f drop_vs_delete_vacuum=%.1f maintain_vs_delete=%.1f drop_vs_delete_wal=%.0f drop_vs_delete_vacuum_wal=%.0f batch_vs_single=%.1f"+
+		" drop_ms=%.1f detach_ms=%.1f droptable_ms=%.1f maintain_ms=%.1f delete_ms=%.0f vacuum_ms=%.0f"+
+		" drop_wal=%d delete_wal=%d vacuum_wal=%d partition_mb=%.0f legacy_mb=%.0f batch_ms=%.2f single_ms=%.1f rows=%d days=%d\n",
+		ratio(m.deleteMs, m.dropMs), ratio(m.deleteMs+m.vacuumMs, m.dropMs), ratio(m.deleteMs, m.maintainMs),
+		ratio(float64(m.deleteWAL), float64(max(m.dropWAL, 1))), ratio(float64(m.deleteWAL+m.vacuumWAL), float64(max(m.dropWAL, 1))),
+		ratio(singleMs, batchMs),
+		m.dropMs, m.detachMs, m.dropTableMs, m.maintainMs, m.deleteMs, m.vacuumMs,
+		m.dropWAL, m.deleteWAL, m.vacuumWAL, m.partitionMB, m.legacyMB, batchMs, singleMs, rows, days)
+}
+
+func benchEnvInt(t *testing.T, name string, def, least int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < least {
+		t.Fatalf("%s=%q: want an integer >= %d", name, s, least)
+	}
+	return n
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// dropVsDelete holds the expiry measurements.
-type dropVsDelete struct {
-	dropMs, deleteMs, vacuumMs float64
-	dropWAL, deleteWAL         int64 // bytes of WAL written
+// expiry holds the expiry measurements.
+type expiry struct {
+	dropMs, detachMs, dropTableMs, maintainMs float64
+	deleteMs, vacuumMs                        float64
+	dropWAL, deleteWAL, vacuumWAL             int64 // bytes of WAL written
+	partitionMB, legacyMB                     float64
 }
 
 func walLSN(ctx context.Context, t *testing.T, pool *pgxpool.Pool) string {
@@ -85,60 +110,104 @@ func walSince(ctx context.Context, t *testing.T, pool *pgxpool.Pool, from string
 	return n
 }
 
-func benchDropVsDelete(ctx context.Context, t *testing.T, pool *pgxpool.Pool, rows int) dropVsDelete {
+func relMB(ctx context.Context, t *testing.T, pool *pgxpool.Pool, rel string) float64 {
+	var n int64
+	if err := pool.QueryRow(ctx, "SELECT pg_total_relation_size($1::regclass)", rel).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return float64(n) / (1 << 20)
+}
+
+func benchExpiry(ctx context.Context, t *testing.T, pool *pgxpool.Pool, rows, days int) expiry {
 	tbl := Table{Scope: ScopeGlobal, Interval: Daily}
-	var stepAt []time.Time
+	var (
+		hookMu sync.Mutex
+		stepAt = map[Step]time.Time{}
+	)
 	e := newEngine(t, pool, tbl, WithStepHook(func(_ context.Context, s Step, _ string) error {
-		if s == StepDetached || s == StepDropped {
-			stepAt = append(stepAt, time.Now())
-		}
+		hookMu.Lock()
+		stepAt[s] = time.Now()
+		hookMu.Unlock()
 		return nil
 	}))
-	day := time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC)
-	if _, err := e.Maintain(ctx, day.Add(12*time.Hour), 0, 12*time.Hour); err != nil {
+	// Days d0 .. d0+days-1 hold the data; the window ends in the middle of
+	// the last one. Two empty days are premade, so the later Maintain has
+	// nothing to create and times the drop alone.
+	d0 := time.Date(2024, 1, 10, 0, 0, 0, 0, time.UTC)
+	now := d0.AddDate(0, 0, days-1).Add(12 * time.Hour)
+	retention := time.Duration(days-1)*24*time.Hour + 12*time.Hour
+	if _, err := e.Maintain(ctx, now, 2, retention); err != nil {
 		t.Fatal(err)
 	}
-	// Ids spread over the day, generated server-side: 48-bit ms prefix of
-	// the day plus 80 pseudo-random bits.
-	t0 := time.Now()
-	if _, err := pool.Exec(ctx, `INSERT INTO processed_event (event_id, consumer_group)
-		SELECT (encode(substring(int8send($1::bigint + (g * 86399999::bigint / $2::bigint)) from 3 for 6), 'hex') || md5(g::text)::varchar(20))::uuid, 'bench'
-		FROM generate_series(1, $2::bigint) g`, day.UnixMilli(), rows); err != nil {
-		t.Fatal(err)
-	}
-	for _, sql := range []string{
-		`CREATE TABLE flat_event (LIKE processed_event INCLUDING ALL)`,
-		`INSERT INTO flat_event SELECT * FROM processed_event`,
-		// Both tables settled the same way before timing: hint bits set,
-		// statistics fresh, dirty pages flushed.
-		`VACUUM ANALYZE flat_event`, `VACUUM ANALYZE processed_event`, `CHECKPOINT`,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	t.Logf("loaded %d rows twice in %s", rows, time.Since(t0))
 
-	part := Daily.partition("processed_event", day)
+	// The legacy table, as it grew: rows appended in processing order, the
+	// time-ordered ids (48-bit millisecond prefix, 80 pseudo-random bits)
+	// spread over each day and processed 20ms after they were stamped (so
+	// every id is processed on its own day, and the day's DELETE by
+	// processed_at takes exactly the rows of the day's partition). Loaded
+	// without its indexes, which are built afterwards (faster than
+	// maintaining them row by row).
+	t0 := time.Now()
+	exec(`CREATE TABLE legacy_event (event_id uuid NOT NULL, consumer_group text NOT NULL, processed_at timestamptz NOT NULL DEFAULT now())`)
+	for d := range days {
+		exec(`INSERT INTO legacy_event (event_id, consumer_group, processed_at)
+			SELECT (encode(substring(int8send(ms) from 3 for 6), 'hex') || md5(g::text)::varchar(20))::uuid, 'bench',
+			       to_timestamp(ms / 1000.0) + interval '20 milliseconds'
+			  FROM generate_series(0, $2::bigint - 1) g, LATERAL (SELECT $1::bigint + (g * 86399000::bigint / $2::bigint) AS ms) x`,
+			d0.AddDate(0, 0, d).UnixMilli(), rows)
+	}
+	exec(`ALTER TABLE legacy_event ADD CONSTRAINT legacy_event_pkey PRIMARY KEY (event_id)`)
+	exec(`CREATE INDEX legacy_event_processed_at_idx ON legacy_event (processed_at)`)
+	loadLegacy := time.Since(t0)
+	// The same rows into our table, a day at a time.
+	t0 = time.Now()
+	for d := range days {
+		from := d0.AddDate(0, 0, d)
+		exec(`INSERT INTO processed_event SELECT * FROM legacy_event WHERE processed_at >= $1 AND processed_at < $2 ORDER BY processed_at`,
+			from, from.AddDate(0, 0, 1))
+	}
+	loadOurs := time.Since(t0)
+	t0 = time.Now()
+	// Both settled the same way before timing: hint bits set, statistics
+	// fresh, dirty pages flushed.
+	for _, sql := range []string{`VACUUM ANALYZE legacy_event`, `VACUUM ANALYZE processed_event`, `CHECKPOINT`} {
+		exec(sql)
+	}
+	t.Logf("loaded %d days x %d rows: legacy table %s, partitioned table %s, vacuum+checkpoint %s",
+		days, rows, loadLegacy.Round(time.Millisecond), loadOurs.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+
+	first := Daily.partition("processed_event", d0)
+	second := Daily.partition("processed_event", d0.AddDate(0, 0, 1))
 	st, err := e.Observe(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(st.Partitions, func(p ObservedPartition) bool { return p.Name == part.Name && p.Rows == int64(rows) }) {
-		t.Fatalf("partition %s does not hold %d rows: %+v", part.Name, rows, st.Partitions)
+	for _, p := range []Partition{first, second} {
+		if !slices.ContainsFunc(st.Partitions, func(o ObservedPartition) bool { return o.Name == p.Name && o.Rows == int64(rows) }) {
+			t.Fatalf("partition %s does not hold %d rows: %+v", p.Name, rows, st.Partitions)
+		}
 	}
+	var m expiry
+	m.partitionMB = relMB(ctx, t, pool, first.Name)
+	m.legacyMB = relMB(ctx, t, pool, "legacy_event")
 
-	// What Maintain does for an expired partition, timed on its own.
+	// The statements Maintain runs for an expired partition, timed alone.
 	conn, release, err := e.session(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m dropVsDelete
 	lsn := walLSN(ctx, t, pool)
 	t0 = time.Now()
-	err = e.detach(ctx, conn, part)
+	err = e.detach(ctx, conn, first)
+	detached := time.Now()
 	if err == nil {
-		err = e.dropDetached(ctx, conn, part)
+		err = e.dropDetached(ctx, conn, first)
 	}
 	drop := time.Since(t0)
 	release()
@@ -146,14 +215,37 @@ func benchDropVsDelete(ctx context.Context, t *testing.T, pool *pgxpool.Pool, ro
 		t.Fatal(err)
 	}
 	m.dropWAL = walSince(ctx, t, pool, lsn)
+	detach := detached.Sub(t0)
+	m.dropMs, m.detachMs, m.dropTableMs = ms(drop), ms(detach), ms(drop-detach)
 
-	if len(stepAt) == 2 {
-		t.Logf("of which detach concurrently %s, drop table %s", stepAt[0].Sub(t0), stepAt[1].Sub(stepAt[0]))
+	// The next day's expiry as the operator runs it: a whole Maintain
+	// (advisory lock, catalog reads, plan, detach, drop, catalog reads).
+	clear(stepAt)
+	t0 = time.Now()
+	res, err := e.Maintain(ctx, now.AddDate(0, 0, 2), 0, retention)
+	maintain := time.Since(t0)
+	if err != nil || len(res.Created) != 0 || !slices.Equal(names(res.Dropped), []string{second.Name}) {
+		t.Fatalf("Maintain a day later: created %v, dropped %v, err %v; want %s dropped alone", names(res.Created), names(res.Dropped), err, second.Name)
 	}
-	lo, hi := part.Bounds()
+	m.maintainMs = ms(maintain)
+	t.Logf("expire one day (%d rows, %.0f MB with indexes) of %d: detach concurrently %s + drop table %s = %s, %d bytes WAL; "+
+		"a day later, the whole Maintain %s (its drop table step %s)",
+		rows, m.partitionMB, days, detach.Round(time.Microsecond), (drop - detach).Round(time.Microsecond), drop.Round(time.Microsecond), m.dropWAL,
+		maintain.Round(time.Microsecond), stepAt[StepDropped].Sub(stepAt[StepDetached]).Round(time.Microsecond))
+
+	// The legacy retention job: delete what is older than the window, then
+	// VACUUM, without which the space is not reused and the indexes keep
+	// the dead entries.
+	cutoff := d0.AddDate(0, 0, 1)
+	if rows, err := pool.Query(ctx, `EXPLAIN DELETE FROM legacy_event WHERE processed_at < $1`, cutoff); err == nil {
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err == nil {
+			t.Logf("retention DELETE plan: %s", strings.Join(plan, " / "))
+		}
+	}
 	lsn = walLSN(ctx, t, pool)
 	t0 = time.Now()
-	tag, err := pool.Exec(ctx, `DELETE FROM flat_event WHERE event_id >= $1 AND event_id < $2`, lo, hi)
+	tag, err := pool.Exec(ctx, `DELETE FROM legacy_event WHERE processed_at < $1`, cutoff)
 	del := time.Since(t0)
 	if err != nil {
 		t.Fatal(err)
@@ -162,16 +254,14 @@ func benchDropVsDelete(ctx context.Context, t *testing.T, pool *pgxpool.Pool, ro
 		t.Fatalf("DELETE removed %d rows, want %d", tag.RowsAffected(), rows)
 	}
 	m.deleteWAL = walSince(ctx, t, pool, lsn)
-	// DELETE only marks the rows; the space (heap and index) is reusable
-	// after VACUUM, which autovacuum would run next. Timed separately.
+	lsn = walLSN(ctx, t, pool)
 	t0 = time.Now()
-	if _, err := pool.Exec(ctx, `VACUUM flat_event`); err != nil {
-		t.Fatal(err)
-	}
+	exec(`VACUUM legacy_event`)
 	vac := time.Since(t0)
-	t.Logf("expire %d rows: detach concurrently + drop %s (%d bytes WAL); DELETE %s (%d bytes WAL), then VACUUM %s",
-		rows, drop, m.dropWAL, del, m.deleteWAL, vac)
-	m.dropMs, m.deleteMs, m.vacuumMs = ms(drop), ms(del), ms(vac)
+	m.vacuumWAL = walSince(ctx, t, pool, lsn)
+	m.deleteMs, m.vacuumMs = ms(del), ms(vac)
+	t.Logf("legacy table (%.0f MB with indexes, %d rows): DELETE of one day %s (%d bytes WAL), then VACUUM %s (%d bytes WAL)",
+		m.legacyMB, days*rows, del.Round(time.Millisecond), m.deleteWAL, vac.Round(time.Millisecond), m.vacuumWAL)
 	return m
 }
 

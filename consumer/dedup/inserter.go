@@ -282,8 +282,13 @@ func (in *Inserter) age() time.Duration {
 }
 
 // loadCoverage reads the partitions that accept rows (attached, not pending
-// detach). Catalog reads take no table locks, so this never waits on
-// maintenance.
+// detach). pg_get_expr, which renders a partition's bounds, takes ACCESS
+// SHARE on that partition (PostgreSQL 15.18, checked). Maintenance takes
+// ACCESS EXCLUSIVE only on tables not yet attached, pending detach or
+// detached, which this query does not read, so it does not wait on
+// maintenance; it does wait
+// behind another session's ACCESS EXCLUSIVE on an attached partition (a
+// VACUUM FULL, a plain DETACH), within the caller's context.
 func loadCoverage(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, t Table) (coverage, error) {
