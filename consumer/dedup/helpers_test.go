@@ -50,23 +50,37 @@ func newPool(t *testing.T) *pgxpool.Pool {
 func newPoolWithin(t *testing.T, limit time.Duration) *pgxpool.Pool {
 	t.Helper()
 	g := &hangGuard{name: t.Name(), limit: limit}
-	g.timer = time.AfterFunc(limit, g.fire)
 	t.Cleanup(g.stop) // first registered, so it runs after every other cleanup
+	// The clock starts once the database is there: the first test of the
+	// binary also waits for the shared cluster's initdb, which a busy disk
+	// can make slow without anything being hung.
 	pool := consumertest.NewPool(t)
-	g.setConn(pool.Config().ConnConfig.Copy())
+	g.start(pool.Config().ConnConfig.Copy())
 	return pool
 }
 
 type hangGuard struct {
 	name  string
 	limit time.Duration
-	timer *time.Timer
 	mu    sync.Mutex
+	timer *time.Timer
 	conn  *pgx.ConnConfig
 }
 
-func (g *hangGuard) setConn(c *pgx.ConnConfig) { g.mu.Lock(); g.conn = c; g.mu.Unlock() }
-func (g *hangGuard) stop()                     { g.timer.Stop() }
+func (g *hangGuard) start(c *pgx.ConnConfig) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.conn = c
+	g.timer = time.AfterFunc(g.limit, g.fire)
+}
+
+func (g *hangGuard) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+}
 
 // fire reports the hang and panics: a panic outside the test's goroutine
 // ends the test binary, as go test's own -timeout does, but names the test
@@ -75,10 +89,8 @@ func (g *hangGuard) fire() {
 	g.mu.Lock()
 	cfg := g.conn
 	g.mu.Unlock()
-	fmt.Fprintf(os.Stderr, "\n%s is still running (cleanup included) after %s: hung\n", g.name, g.limit)
-	if cfg != nil {
-		fmt.Fprint(os.Stderr, serverActivity(cfg))
-	}
+	fmt.Fprintf(os.Stderr, "\n%s is still running (cleanup included) %s after its database was created: hung\n", g.name, g.limit)
+	fmt.Fprint(os.Stderr, serverActivity(cfg))
 	debug.SetTraceback("all")
 	panic(fmt.Sprintf("%s hung: still running after %s; the server's sessions and locks are listed above, every goroutine below", g.name, g.limit))
 }
