@@ -20,17 +20,26 @@ limitations under the License.
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the group and version of the objects in this package.
 	GroupVersion = schema.GroupVersion{Group: "kafka.idempotency.dev", Version: "v1alpha1"}
 
-	// SchemeBuilder adds the Go types to a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// SchemeBuilder adds the Go types to a runtime.Scheme. It is apimachinery's
+	// builder rather than controller-runtime's, so that importing the API
+	// types pulls in nothing but apimachinery.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the types in this group-version to the given scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &IdempotentConsumer{}, &IdempotentConsumerList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -712,7 +712,3 @@ type IdempotentConsumerList struct {
 	metav1.ListMeta `json:"metadata,omitzero"`
 	Items           []IdempotentConsumer `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&IdempotentConsumer{}, &IdempotentConsumerList{})
-}
