@@ -91,7 +91,7 @@ var descRE = regexp.MustCompile(`^Desc\{fqName: "([^"]+)".*variableLabels: \{([^
 func describe(t *testing.T, c prometheus.Collector) map[string]metricInfo {
 	t.Helper()
 	kind := ""
-	switch c.(type) {
+	switch m := c.(type) {
 	case *prometheus.CounterVec:
 		kind = "counter"
 	case *prometheus.GaugeVec:
@@ -101,18 +101,18 @@ func describe(t *testing.T, c prometheus.Collector) map[string]metricInfo {
 	case *prometheus.SummaryVec:
 		kind = "summary"
 	case prometheus.Metric:
-		var m dto.Metric
-		if err := c.(prometheus.Metric).Write(&m); err != nil {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
 			t.Fatalf("writing %T: %v", c, err)
 		}
 		switch {
-		case m.Counter != nil:
+		case d.Counter != nil:
 			kind = "counter"
-		case m.Gauge != nil:
+		case d.Gauge != nil:
 			kind = "gauge"
-		case m.Histogram != nil:
+		case d.Histogram != nil:
 			kind = "histogram"
-		case m.Summary != nil:
+		case d.Summary != nil:
 			kind = "summary"
 		default:
 			kind = "untyped"

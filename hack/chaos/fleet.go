@@ -136,7 +136,7 @@ func waitForLagZero(ctx context.Context, brokers []string, partitions int, timeo
 	lag := int64(-1)
 	for time.Now().Before(deadline) {
 		if p := f.crashed(); p != nil {
-			return fmt.Errorf("consumer %s exited on its own: %v\n%s", p.Name, p.Err(), p.TailLog(30))
+			return fmt.Errorf("consumer %s exited on its own: %w\n%s", p.Name, p.ExitErr(), p.TailLog(30))
 		}
 		if l, err := consumertest.GroupLag(ctx, brokers, group, topic, partitions); err == nil {
 			if lag = l; lag == 0 {

@@ -324,7 +324,7 @@ func waitForDeployment(ctx context.Context, k8s client.Client, ic *unstructured.
 			}
 		}
 		if mgr.Exited() {
-			return nil, fmt.Errorf("the operator exited: %v\n%s", mgr.Err(), mgr.TailLog(30))
+			return nil, fmt.Errorf("the operator exited: %w\n%s", mgr.ExitErr(), mgr.TailLog(30))
 		}
 		select {
 		case <-ctx.Done():
@@ -492,7 +492,7 @@ func reportLocalRollout(ctx context.Context, k8s client.Client, dep *appsv1.Depl
 	for _, c := range consumers {
 		for {
 			if c.Exited() {
-				return fmt.Errorf("consumer %s exited: %v\n%s", c.Name, c.Err(), c.TailLog(30))
+				return fmt.Errorf("consumer %s exited: %w\n%s", c.Name, c.ExitErr(), c.TailLog(30))
 			}
 			if ok, _ := httpOK(ctx, "http://"+c.addr+"/readyz"); ok {
 				break
@@ -573,7 +573,7 @@ func waitForCatchUp(ctx context.Context, brokers []string, topic, group string, 
 		}
 		for _, c := range consumers {
 			if c.Exited() {
-				return fmt.Errorf("consumer %s exited: %v\n%s", c.Name, c.Err(), c.TailLog(30))
+				return fmt.Errorf("consumer %s exited: %w\n%s", c.Name, c.ExitErr(), c.TailLog(30))
 			}
 		}
 		select {

@@ -108,8 +108,16 @@ func (p *Process) Exited() bool {
 // Done is closed when the process exits.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// Err is the exit error, valid after Done.
+// Err is the exit error, valid after Done: nil for a clean exit.
 func (p *Process) Err() error { return p.err }
+
+// ExitErr is Err, but never nil after Done: a clean exit reads "exit status 0".
+func (p *Process) ExitErr() error {
+	if p.err == nil {
+		return errors.New("exit status 0")
+	}
+	return p.err
+}
 
 // TailLog returns the last n lines of the log, for error messages.
 func (p *Process) TailLog(n int) string {
@@ -133,11 +141,7 @@ func (p *Process) WaitForLine(ctx context.Context, prefix string, timeout time.D
 			}
 		}
 		if p.Exited() {
-			exit := p.err
-			if exit == nil {
-				exit = errors.New("exit status 0")
-			}
-			return "", fmt.Errorf("%s exited before printing %q: %w\n%s", p.Name, prefix, exit, p.TailLog(20))
+			return "", fmt.Errorf("%s exited before printing %q: %w\n%s", p.Name, prefix, p.ExitErr(), p.TailLog(20))
 		}
 		select {
 		case <-ctx.Done():
