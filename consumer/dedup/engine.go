@@ -818,6 +818,19 @@ func (e *Engine) DropTable(ctx context.Context, owner string) error {
 	if len(st.Foreign) > 0 {
 		return fmt.Errorf("dropping table %s: foreign partitions attached (%s); detach them first", e.table, strings.Join(st.Foreign, ", "))
 	}
+	// One partition per statement, then the parent: dropping a table frees
+	// its files at commit, which takes time in proportion to their size, and
+	// each statement must fit in the statement timeout. A run cut short
+	// leaves an owned table with fewer partitions; the next one goes on.
+	for _, p := range st.Partitions {
+		if p.DetachPending {
+			continue // dropped with the parent
+		}
+		child := pgx.Identifier{e.table.Schema, p.Name}.Sanitize()
+		if err := e.ddl(ctx, conn, "dropping partition "+p.Name, "DROP TABLE "+child); err != nil {
+			return fmt.Errorf("dropping table %s: %w", e.table, err)
+		}
+	}
 	if err := e.ddl(ctx, conn, "dropping table "+e.table.String(), "DROP TABLE "+e.parent()); err != nil {
 		return fmt.Errorf("dropping table %s: %w", e.table, err)
 	}

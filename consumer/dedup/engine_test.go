@@ -197,6 +197,13 @@ func TestMaintainCreatesAndDrops(t *testing.T) {
 	if err != nil || len(res.Created)+len(res.Dropped)+len(res.Finalized) != 0 {
 		t.Fatalf("re-run did %+v, err %v", res, err)
 	}
+	// DropTable takes the partitions (one statement each) and the parent.
+	if err := e.DropTable(ctx, testOwner); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname LIKE 'processed\_event%'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d relations left after DropTable (err %v)", left, err)
+	}
 }
 
 func TestConcurrentMaintainersSerialise(t *testing.T) {
