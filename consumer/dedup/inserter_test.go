@@ -389,8 +389,12 @@ func TestForget(t *testing.T) {
 			// one transaction, so the row is never visible.
 			c := idAt(now)
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if r, err := g1.Insert(ctx, tx, []uuid.UUID{c}); err != nil || !r.Fresh[0] {
-					return fmt.Errorf("insert: %+v %v", r, err)
+				r, err := g1.Insert(ctx, tx, []uuid.UUID{c})
+				if err != nil {
+					return fmt.Errorf("insert: %w", err)
+				}
+				if !r.Fresh[0] {
+					return fmt.Errorf("insert: %+v: not fresh", r)
 				}
 				return g1.Forget(ctx, tx, c)
 			})
