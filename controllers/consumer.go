@@ -30,7 +30,6 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 )
@@ -240,17 +239,5 @@ func (r *IdempotentConsumerReconciler) consumerStatus(s *reconcileState, dep *ap
 
 // consumerNotReady records a consumer problem.
 func (r *IdempotentConsumerReconciler) consumerNotReady(ctx context.Context, s *reconcileState, reason, message string, transient bool) {
-	message = s.scrub(message)
-	prev := s.obj.GetCondition(kafkav1alpha1.ConditionConsumerReady)
-	s.obj.SetCondition(kafkav1alpha1.ConditionConsumerReady, metav1.ConditionFalse, reason, message)
-	if transient {
-		s.retry(reason, message)
-	} else {
-		s.stall(reason, message)
-	}
-	observeProblem(reason)
-	if prev == nil || prev.Reason != reason {
-		r.event(s.obj, corev1.EventTypeWarning, reason, "ApplyDeployment", message)
-		log.FromContext(ctx).Info("Consumer not ready", "reason", reason, "message", message)
-	}
+	r.notReady(ctx, s, kafkav1alpha1.ConditionConsumerReady, "ApplyDeployment", "Consumer not ready", reason, message, transient)
 }

@@ -31,7 +31,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/dedup"
@@ -143,20 +142,7 @@ func (r *IdempotentConsumerReconciler) secretKey(ctx context.Context, s *reconci
 // databaseNotReady records a database problem; stalled problems need a
 // change by someone, transient ones may pass on retry.
 func (r *IdempotentConsumerReconciler) databaseNotReady(ctx context.Context, s *reconcileState, reason, message string, transient bool) {
-	message = s.scrub(message)
-	prev := s.obj.GetCondition(kafkav1alpha1.ConditionDatabaseReady)
-	s.obj.SetCondition(kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, reason, message)
-	if transient {
-		s.retry(reason, message)
-	} else {
-		s.stall(reason, message)
-	}
-	observeProblem(reason)
-	if prev == nil || prev.Reason != reason {
-		// One Warning per change of reason, not per retry.
-		r.event(s.obj, corev1.EventTypeWarning, reason, "ConnectDatabase", message)
-		log.FromContext(ctx).Info("Database not ready", "reason", reason, "message", message)
-	}
+	r.notReady(ctx, s, kafkav1alpha1.ConditionDatabaseReady, "ConnectDatabase", "Database not ready", reason, message, transient)
 }
 
 // databaseFailure classifies an error from opening the store or ensuring

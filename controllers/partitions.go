@@ -190,9 +190,16 @@ func nextMaintenance(now time.Time, iv dedup.Interval, lead, retention time.Dura
 
 // partitionsNotReady records a partition problem.
 func (r *IdempotentConsumerReconciler) partitionsNotReady(ctx context.Context, s *reconcileState, reason, message string, transient bool) {
+	r.notReady(ctx, s, kafkav1alpha1.ConditionPartitionsReady, "MaintainPartitions", "Partitions not ready", reason, message, transient)
+}
+
+// notReady sets condType False with the reason and a scrubbed message, asks
+// for a retry (transient) or marks the object stalled, counts the problem,
+// and emits one Warning Event and log line per change of reason, not per retry.
+func (r *IdempotentConsumerReconciler) notReady(ctx context.Context, s *reconcileState, condType, action, logMsg, reason, message string, transient bool) {
 	message = s.scrub(message)
-	prev := s.obj.GetCondition(kafkav1alpha1.ConditionPartitionsReady)
-	s.obj.SetCondition(kafkav1alpha1.ConditionPartitionsReady, metav1.ConditionFalse, reason, message)
+	prev := s.obj.GetCondition(condType)
+	s.obj.SetCondition(condType, metav1.ConditionFalse, reason, message)
 	if transient {
 		s.retry(reason, message)
 	} else {
@@ -200,8 +207,8 @@ func (r *IdempotentConsumerReconciler) partitionsNotReady(ctx context.Context, s
 	}
 	observeProblem(reason)
 	if prev == nil || prev.Reason != reason {
-		r.event(s.obj, corev1.EventTypeWarning, reason, "MaintainPartitions", message)
-		log.FromContext(ctx).Info("Partitions not ready", "reason", reason, "message", message)
+		r.event(s.obj, corev1.EventTypeWarning, reason, action, message)
+		log.FromContext(ctx).Info(logMsg, "reason", reason, "message", message)
 	}
 }
 
