@@ -251,7 +251,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 			}
 			switch a.kind {
 			case "kill":
-				// Half the kills land right after a database commit (the
+				// Half the kills wait (up to 2s) to land right after a database commit (the
 				// ledger grew a moment ago), when the offset commit is most
 				// likely still in flight: the window the design must cover.
 				when := "at a random moment"
