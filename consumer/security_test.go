@@ -2,14 +2,8 @@ package consumer_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -24,25 +18,12 @@ import (
 
 // selfSigned returns a server certificate for 127.0.0.1 and a pool trusting it.
 func selfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	t.Helper()
+	c, err := consumertest.NewSelfSigned()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kfake"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pool
+	return c.Certificate, c.Pool
 }
 
 // TestTLSAndSASL: the group, the partition readers and the dead-letter writer
