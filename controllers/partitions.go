@@ -68,11 +68,15 @@ func (r *IdempotentConsumerReconciler) reconcilePartitions(ctx context.Context, 
 		r.partitionsNotReady(ctx, s, reason, "Partition maintenance failed: "+describeDatabaseError(reason, err), transient)
 		return nil
 	}
-	state, err := s.store.Observe(dctx)
-	if err != nil {
-		reason, transient := classifyDatabaseError(err)
-		r.partitionsNotReady(ctx, s, reason, "Reading the partitions failed: "+describeDatabaseError(reason, err), transient)
-		return nil
+	// Maintain reports the partitions as they are after its run; read the
+	// catalog again only if that final read of the engine's came back empty.
+	state := dedup.State{Exists: true, Partitions: res.Partitions, Window: res.Window, Foreign: res.Foreign}
+	if len(res.Partitions) == 0 {
+		if state, err = s.store.Observe(dctx); err != nil {
+			reason, transient := classifyDatabaseError(err)
+			r.partitionsNotReady(ctx, s, reason, "Reading the partitions failed: "+describeDatabaseError(reason, err), transient)
+			return nil
+		}
 	}
 
 	ours := ownPartitions(state, obj.TableName(), iv)
