@@ -1,7 +1,6 @@
 package consumer_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,7 +36,7 @@ type env struct {
 	table   dedup.Table
 	parts   int
 	calls   atomic.Int64 // handler calls that succeeded
-	logBuf  *syncBuffer
+	logBuf  *consumertest.SyncBuffer
 	failIDs sync.Map // uuid.UUID -> error to return
 }
 
@@ -47,7 +46,7 @@ func withPartitions(n int) envOpt { return func(e *env) { e.parts = n } }
 
 func newEnv(t testing.TB, opts ...envOpt) *env {
 	t.Helper()
-	e := &env{t: t, parts: 1, topic: "events", dlq: "events.dlq", group: "g1", logBuf: &syncBuffer{}}
+	e := &env{t: t, parts: 1, topic: "events", dlq: "events.dlq", group: "g1", logBuf: &consumertest.SyncBuffer{}}
 	for _, o := range opts {
 		o(e)
 	}
@@ -280,24 +279,6 @@ func header(m kafka.Message, key string) string {
 		}
 	}
 	return ""
-}
-
-// syncBuffer is a goroutine-safe log sink, dumped on failure.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // dumpLogsOnFailure prints the consumer log when the test fails (or always

@@ -38,7 +38,7 @@ func TestTLSAndSASL(t *testing.T) {
 		kfake.Superuser("SCRAM-SHA-512", user, pass),
 		kfake.SeedTopics(2, "events", "events.dlq"),
 	)
-	e := &env{t: t, kafka: k, parts: 2, topic: "events", dlq: "events.dlq", group: "g1", logBuf: &syncBuffer{}}
+	e := &env{t: t, kafka: k, parts: 2, topic: "events", dlq: "events.dlq", group: "g1", logBuf: &consumertest.SyncBuffer{}}
 	e.dumpLogsOnFailure(t)
 	e.dsn = consumertest.DatabaseURL(t)
 	pool := newPoolFor(t, e.dsn)

@@ -17,7 +17,6 @@ limitations under the License.
 package controllers
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -27,7 +26,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,7 +68,7 @@ type testEnv struct {
 	clock  *clocktesting.FakePassiveClock
 	r      *IdempotentConsumerReconciler
 	stores *PoolCache
-	logs   *syncBuffer
+	logs   *consumertest.SyncBuffer
 	// deploymentsAvailable makes the stand-in Deployment controller report
 	// every Deployment as rolled out; clear it to keep them progressing.
 	deploymentsAvailable atomic.Bool
@@ -110,7 +108,7 @@ func kubebuilderAssets(t testing.TB) string {
 
 func startEnv(t *testing.T, eo envOptions) *testEnv {
 	t.Helper()
-	te := &testEnv{logs: &syncBuffer{}}
+	te := &testEnv{logs: &consumertest.SyncBuffer{}}
 	te.deploymentsAvailable.Store(true)
 	te.cfg = &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
@@ -233,24 +231,6 @@ func (f *fakeDeploymentController) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 	dep.Status = want
 	return ctrl.Result{}, client.IgnoreNotFound(f.c.Status().Update(ctx, dep))
-}
-
-// syncBuffer collects every log line the manager writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func randSuffix() string {

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/idempotency-dev/operator/consumer/consumertest"
 )
 
 // Process is a running child program.
@@ -27,7 +29,7 @@ type Process struct {
 	cmd    *exec.Cmd
 	done   chan struct{}
 	err    error
-	stdout lockedBuffer
+	stdout consumertest.SyncBuffer
 }
 
 // Options for Start.
@@ -150,23 +152,6 @@ func (p *Process) WaitForLine(ctx context.Context, prefix string, timeout time.D
 		}
 	}
 	return "", fmt.Errorf("%s printed no %q line within %s", p.Name, prefix, timeout)
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 type prefixWriter struct {
