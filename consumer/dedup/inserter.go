@@ -17,6 +17,10 @@ import (
 // DefaultRefreshInterval is how long an Inserter trusts its cached window.
 const DefaultRefreshInterval = time.Minute
 
+// DefaultRefreshLockTimeout bounds how long a window refresh waits for a
+// lock (see WithRefreshLockTimeout).
+const DefaultRefreshLockTimeout = 500 * time.Millisecond
+
 // missRefreshInterval rate-limits the extra window refresh done when a batch
 // holds ids outside the cached window (a partition may have been created
 // since): old replays would otherwise cost a catalog query per batch.
@@ -31,6 +35,19 @@ func WithRefreshInterval(d time.Duration) InserterOption {
 	return func(in *Inserter) { in.refreshEvery = d }
 }
 
+// WithRefreshLockTimeout bounds how long a window refresh may wait for a
+// lock (default 500ms). Reading a partition's bounds takes ACCESS SHARE on
+// it, so a refresh would otherwise queue behind another session's ACCESS
+// EXCLUSIVE on an attached partition (a VACUUM FULL, a CLUSTER, a plain
+// DETACH) for as long as that runs. When the wait runs out, a routine refresh
+// keeps the cached window and tries again a second later; a refresh the
+// batch needs (first use, ids outside the cached window, a partition gone)
+// fails with a retryable *LockError, and the caller's transaction stays
+// usable.
+func WithRefreshLockTimeout(d time.Duration) InserterOption {
+	return func(in *Inserter) { in.lockTimeout = d }
+}
+
 // WithClock sets the clock used to age the cached window (tests).
 func WithClock(now func() time.Time) InserterOption {
 	return func(in *Inserter) { in.now = now }
@@ -42,6 +59,7 @@ type Inserter struct {
 	table        Table
 	group        string
 	refreshEvery time.Duration
+	lockTimeout  time.Duration
 	now          func() time.Time
 	insertSQL    string
 	forgetSQL    string
@@ -72,9 +90,12 @@ func NewInserter(t Table, group string, opts ...InserterOption) (*Inserter, erro
 	if group == "" {
 		return nil, errors.New("creating dedup inserter: empty consumer group")
 	}
-	in := &Inserter{table: t, group: group, refreshEvery: DefaultRefreshInterval, now: time.Now}
+	in := &Inserter{table: t, group: group, refreshEvery: DefaultRefreshInterval, lockTimeout: DefaultRefreshLockTimeout, now: time.Now}
 	for _, o := range opts {
 		o(in)
+	}
+	if in.lockTimeout < time.Millisecond {
+		return nil, fmt.Errorf("creating dedup inserter: refresh lock timeout %s is under 1ms", in.lockTimeout)
 	}
 	// ON CONFLICT without a target absorbs a conflict on the primary key
 	// whatever the scope; RETURNING lists only the rows inserted now.
@@ -257,7 +278,8 @@ func (in *Inserter) insert(ctx context.Context, tx pgx.Tx, send []pgtype.UUID) (
 
 // coverage returns the cached partition ranges, re-reading them from
 // pg_catalog through tx when forced, never loaded, or older than the refresh
-// interval.
+// interval. A routine re-read that cannot get its locks within the refresh
+// lock timeout keeps the cached ranges and is retried a second later.
 func (in *Inserter) coverage(ctx context.Context, tx pgx.Tx, force bool) (coverage, error) {
 	in.mu.Lock()
 	cov, loaded := in.cov, in.loadedAt
@@ -265,14 +287,20 @@ func (in *Inserter) coverage(ctx context.Context, tx pgx.Tx, force bool) (covera
 	if !force && !loaded.IsZero() && in.now().Sub(loaded) < in.refreshEvery {
 		return cov, nil
 	}
-	cov, err := loadCoverage(ctx, tx, in.table)
+	fresh, err := in.loadCoverage(ctx, tx)
 	if err != nil {
+		if !force && !loaded.IsZero() && errors.Is(err, ErrLockNotAvailable) {
+			in.mu.Lock()
+			in.loadedAt = in.now().Add(min(missRefreshInterval, in.refreshEvery) - in.refreshEvery)
+			in.mu.Unlock()
+			return cov, nil
+		}
 		return coverage{}, err
 	}
 	in.mu.Lock()
-	in.cov, in.loadedAt = cov, in.now()
+	in.cov, in.loadedAt = fresh, in.now()
 	in.mu.Unlock()
-	return cov, nil
+	return fresh, nil
 }
 
 func (in *Inserter) age() time.Duration {
@@ -281,27 +309,83 @@ func (in *Inserter) age() time.Duration {
 	return in.now().Sub(in.loadedAt)
 }
 
-// loadCoverage reads the partitions that accept rows (attached, not pending
-// detach). pg_get_expr, which renders a partition's bounds, takes ACCESS
-// SHARE on that partition (PostgreSQL 15.18, checked). Maintenance takes
-// ACCESS EXCLUSIVE only on tables not yet attached, pending detach or
-// detached, which this query does not read, so it does not wait on
-// maintenance; it does wait
-// behind another session's ACCESS EXCLUSIVE on an attached partition (a
-// VACUUM FULL, a plain DETACH), within the caller's context.
-func loadCoverage(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, t Table) (coverage, error) {
-	rows, err := q.Query(ctx, `
+const windowSavepoint = "idempotency_dedup_window"
+
+// loadCoverage runs the window query inside tx under a savepoint with the
+// refresh lock timeout, in one round trip. The savepoint is rolled back
+// after the rows are read (or the query failed), which also undoes the SET
+// LOCAL, so tx keeps its own lock_timeout and stays usable.
+func (in *Inserter) loadCoverage(ctx context.Context, tx pgx.Tx) (coverage, error) {
+	b := &pgx.Batch{}
+	b.Queue("SAVEPOINT " + windowSavepoint)
+	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", in.lockTimeout.Milliseconds()))
+	b.Queue(coverageSQL, in.table.Schema, in.table.Name)
+	b.Queue("ROLLBACK TO SAVEPOINT " + windowSavepoint)
+	b.Queue("RELEASE SAVEPOINT " + windowSavepoint)
+	br := tx.SendBatch(ctx, b)
+	var cov coverage
+	err := func() error {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		if cov, err = scanCoverage(rows, in.table); err != nil {
+			return err
+		}
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		return cov, nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		rb := "ROLLBACK TO SAVEPOINT " + windowSavepoint + "; RELEASE SAVEPOINT " + windowSavepoint
+		if rerr := tx.Conn().PgConn().Exec(ctx, rb).Close(); rerr != nil {
+			return coverage{}, fmt.Errorf("reading the dedup window of %s: rolling back to savepoint: %w (after %w)", in.table, rerr, err)
+		}
+	}
+	if isLockTimeout(err) {
+		return coverage{}, &LockError{Op: fmt.Sprintf("reading the dedup window of %s (a partition is locked exclusively)", in.table), Attempts: 1, Err: err}
+	}
+	if errors.Is(err, ErrTableNotFound) {
+		return coverage{}, err
+	}
+	return coverage{}, fmt.Errorf("reading the dedup window of %s: %w", in.table, err)
+}
+
+// coverageSQL reads the partitions that accept rows (attached, not pending
+// detach) of table $1.$2, with one row of NULLs for a table without any.
+// pg_get_expr, which renders a partition's bounds, takes ACCESS SHARE on
+// that partition (PostgreSQL 15.18, checked). Maintenance takes ACCESS
+// EXCLUSIVE only on tables not yet attached, pending detach or detached,
+// which this query does not read, so it does not wait on maintenance; it
+// would wait behind another session's ACCESS EXCLUSIVE on an attached
+// partition (a VACUUM FULL, a plain DETACH), which the refresh lock timeout
+// bounds.
+const coverageSQL = `
 SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid)
   FROM pg_class p
   JOIN pg_namespace n ON n.oid = p.relnamespace
   LEFT JOIN pg_inherits i ON i.inhparent = p.oid AND NOT i.inhdetachpending
   LEFT JOIN pg_class c ON c.oid = i.inhrelid
- WHERE n.nspname = $1 AND p.relname = $2`, t.Schema, t.Name)
-	if err != nil {
-		return coverage{}, fmt.Errorf("reading the dedup window of %s: %w", t, err)
-	}
+ WHERE n.nspname = $1 AND p.relname = $2`
+
+// scanCoverage reads the rows of coverageSQL; no row at all means no table
+// (ErrTableNotFound, wrapped).
+func scanCoverage(rows pgx.Rows, t Table) (coverage, error) {
 	defer rows.Close()
 	found := false
 	var parts []ObservedPartition
@@ -309,19 +393,19 @@ SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid)
 		found = true
 		var name, bound *string
 		if err := rows.Scan(&name, &bound); err != nil {
-			return coverage{}, fmt.Errorf("reading the dedup window of %s: %w", t, err)
+			return coverage{}, err
 		}
 		if name == nil || bound == nil {
 			continue // table without partitions
 		}
 		p := ObservedPartition{Name: *name}
 		if err := parseBound(&p, *bound); err != nil {
-			return coverage{}, fmt.Errorf("reading the dedup window of %s: %w", t, err)
+			return coverage{}, err
 		}
 		parts = append(parts, p)
 	}
 	if err := rows.Err(); err != nil {
-		return coverage{}, fmt.Errorf("reading the dedup window of %s: %w", t, err)
+		return coverage{}, err
 	}
 	if !found {
 		return coverage{}, fmt.Errorf("reading the dedup window of %s: %w", t, ErrTableNotFound)
