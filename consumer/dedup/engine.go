@@ -46,11 +46,20 @@ const (
 	StepDetached Step = "detached"
 	// StepDropped: the detached table is dropped.
 	StepDropped Step = "dropped"
+	// StepMarkerRewritten (Adopt): one partition's marker, attached or
+	// standalone, names the new owner, inside the adoption's transaction
+	// (not committed yet).
+	StepMarkerRewritten Step = "marker-rewritten"
+	// StepTableAdopted (Adopt): the table's own marker names the new owner,
+	// the last statement before the adoption's transaction commits; the
+	// hook gets the table's name.
+	StepTableAdopted Step = "table-adopted"
 )
 
 // StepHook is called after each maintenance step with the partition's name.
-// An error aborts the run with that error, as a crash at that point would:
-// tests use it to interrupt maintenance between steps.
+// An error aborts the run with that error, as a crash at that point would
+// (for Adopt's steps: the transaction is rolled back): tests use it to
+// interrupt maintenance between steps.
 type StepHook func(ctx context.Context, step Step, partition string) error
 
 // Option configures an Engine.
@@ -840,6 +849,214 @@ func (e *Engine) DropTable(ctx context.Context, owner string) error {
 		}
 	}
 	return nil
+}
+
+// AdoptResult reports what Adopt did.
+type AdoptResult struct {
+	// Created: the table did not exist and was created for the new owner
+	// (as EnsureTable would).
+	Created bool
+	// Adopted: the table's marker named the previous owner and now names
+	// the new one.
+	Adopted bool
+	// Partitions names the partitions (attached, pending detach, or
+	// standalone tables left by an interrupted run) whose markers were
+	// rewritten from the previous owner to the new one, in name order.
+	Partitions []string
+}
+
+// Adopt is EnsureTable for an owner that takes the table over from a
+// previous owner, from: a table whose marker names from (and whose layout
+// matches) is given to owner; anything else is handled as EnsureTable
+// handles it.
+//
+//   - The marker names from: the layout is checked first (*LayoutError,
+//     nothing changed), then the markers of the table and of its partitions
+//     that name from (attached, pending detach, and the standalone tables
+//     an interrupted run left, which Maintain then recognises) are rewritten
+//     to name owner, in one transaction under the table's advisory lock. A
+//     crash or an error at any point rolls all of it back, so the next call
+//     starts over from the same state. COMMENT takes SHARE UPDATE EXCLUSIVE
+//     on each table, which inserts do not wait for; a busy lock is retried
+//     like the other DDL, then reported as a *LockError.
+//   - The marker already names owner (adopted before, or created by owner):
+//     the layout is checked, and any partition marker still naming from (a
+//     table marker rewritten by hand) is rewritten; otherwise nothing
+//     changes, so calling Adopt again is harmless.
+//   - The table does not exist: it is created for owner.
+//   - No marker, or a third owner's: *OwnershipError with AdoptFrom set;
+//     nothing changes. A table without a marker is never adopted.
+//
+// Adopting is a decision for whoever knows the previous owner is gone for
+// good: two processes (two clusters) may share a database, and the previous
+// owner's maintenance stops working once its marker is gone.
+func (e *Engine) Adopt(ctx context.Context, owner, from string) (AdoptResult, error) {
+	var res AdoptResult
+	if err := ValidateOwner(owner); err != nil {
+		return res, fmt.Errorf("adopting table %s: %w", e.table, err)
+	}
+	if err := ValidateOwner(from); err != nil {
+		return res, fmt.Errorf("adopting table %s: previous owner: %w", e.table, err)
+	}
+	if from == owner {
+		return res, e.EnsureTable(ctx, owner)
+	}
+	conn, release, err := e.session(ctx)
+	if err != nil {
+		return res, fmt.Errorf("adopting table %s: %w", e.table, err)
+	}
+	defer release()
+	for attempt := 1; ; attempt++ {
+		st, err := e.observe(ctx, conn)
+		if err != nil {
+			return res, fmt.Errorf("adopting table %s: %w", e.table, err)
+		}
+		if !st.Exists {
+			if err := e.createTable(ctx, conn, owner); err != nil {
+				var nc *NameConflictError
+				if errors.As(err, &nc) {
+					return res, err
+				}
+				return res, fmt.Errorf("adopting table %s: %w", e.table, err)
+			}
+			res.Created = true
+			return res, nil
+		}
+		switch st.Owner {
+		case owner, from:
+		default:
+			return res, &OwnershipError{Table: e.table.String(), Owner: st.Owner, AdoptFrom: from}
+		}
+		if err := e.checkLayout(ctx, conn, st); err != nil {
+			return res, err
+		}
+		parts, err := e.markedPartitions(ctx, conn, st, from)
+		if err != nil {
+			return res, fmt.Errorf("adopting table %s: %w", e.table, err)
+		}
+		adoptTable := st.Owner == from
+		if !adoptTable && len(parts) == 0 {
+			return res, nil // already ours: nothing to do
+		}
+		err = e.rewriteMarkers(ctx, conn, st.Marker, owner, from, parts, adoptTable)
+		if err == nil {
+			res.Adopted = adoptTable
+			for _, p := range parts {
+				res.Partitions = append(res.Partitions, p.Name)
+			}
+			return res, nil
+		}
+		op := "rewriting the ownership markers of " + e.table.String()
+		if !isLockTimeout(err) {
+			return res, fmt.Errorf("%s: %w", op, err)
+		}
+		if attempt >= e.cfg.attempts {
+			return res, &LockError{Op: op, Attempts: attempt, Err: err}
+		}
+		if err := e.sleep(ctx, attempt); err != nil {
+			return res, fmt.Errorf("%s: %w", op, err)
+		}
+	}
+}
+
+// markedPartitions lists the relations whose partition marker names from
+// and which belong to this table: its attached partitions of ours (by name
+// and bounds, pending detach included) and standalone tables named like
+// our partitions, each with a marker for this table and the bounds its
+// name implies. A partition of some other table, or one whose marker does
+// not name from, is not listed (never touched).
+func (e *Engine) markedPartitions(ctx context.Context, conn *pgx.Conn, st State, from string) ([]Partition, error) {
+	own := make(map[string]bool)
+	for _, p := range st.Partitions {
+		if op, ok := ownPartition(p, e.table.Interval, e.table.Name); ok {
+			own[op.Name] = true
+		}
+	}
+	ctx, cancel := e.bounded(ctx)
+	defer cancel()
+	prefix := e.table.Name + "_p"
+	rows, err := conn.Query(ctx, `
+SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), ''), c.relispartition,
+       EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
+                WHERE i.inhrelid = c.oid AND p.relnamespace = c.relnamespace AND p.relname = $4)
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = $1 AND c.relkind = 'r' AND left(c.relname, $2) = $3
+ ORDER BY c.relname`, e.table.Schema, len(prefix), prefix, e.table.Name)
+	if err != nil {
+		return nil, fmt.Errorf("listing partition markers: %w", err)
+	}
+	defer rows.Close()
+	var out []Partition
+	for rows.Next() {
+		var (
+			name, comment       string
+			isPartition, ofOurs bool
+		)
+		if err := rows.Scan(&name, &comment, &isPartition, &ofOurs); err != nil {
+			return nil, fmt.Errorf("listing partition markers: %w", err)
+		}
+		if isPartition && (!ofOurs || !own[name]) {
+			continue // someone else's partition, or a foreign one of ours
+		}
+		start, ok := ParsePartitionName(e.table.Name, e.table.Interval, name)
+		if !ok {
+			continue
+		}
+		p := e.table.Interval.partition(e.table.Name, start)
+		lo, hi := p.Bounds()
+		m, ok := parsePartitionMarker(comment)
+		if !ok || m.PartitionOf != e.table.String() || m.Owner != from || m.From != lo.String() || m.To != hi.String() {
+			continue
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing partition markers: %w", err)
+	}
+	return out, nil
+}
+
+// rewriteMarkers gives the partitions' markers (and, with table, the
+// table's) to owner in one transaction, the table's last. Any error rolls
+// the transaction back; the connection is discarded by the session's
+// release if the rollback cannot be sent.
+func (e *Engine) rewriteMarkers(ctx context.Context, conn *pgx.Conn, tm Marker, owner, from string, parts []Partition, table bool) (err error) {
+	if err := e.exec(ctx, conn, "BEGIN"); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = e.exec(ctx, conn, "ROLLBACK")
+		}
+	}()
+	for _, p := range parts {
+		lo, hi := p.Bounds()
+		marker, err := jsonLiteral(partitionMarker{PartitionOf: e.table.String(), Owner: owner, From: lo.String(), To: hi.String()})
+		if err != nil {
+			return err
+		}
+		child := pgx.Identifier{e.table.Schema, p.Name}.Sanitize()
+		if err := e.exec(ctx, conn, "COMMENT ON TABLE "+child+" IS "+marker); err != nil {
+			return fmt.Errorf("partition %s: %w", p.Name, err)
+		}
+		if err := e.step(ctx, StepMarkerRewritten, p.Name); err != nil {
+			return err
+		}
+	}
+	if table {
+		tm.Owner, tm.AdoptedFrom = owner, from
+		marker, err := jsonLiteral(tm)
+		if err != nil {
+			return err
+		}
+		if err := e.exec(ctx, conn, "COMMENT ON TABLE "+e.parent()+" IS "+marker); err != nil {
+			return fmt.Errorf("table %s: %w", e.table, err)
+		}
+		if err := e.step(ctx, StepTableAdopted, e.table.Name); err != nil {
+			return err
+		}
+	}
+	return e.exec(ctx, conn, "COMMIT")
 }
 
 func (e *Engine) parent() string { return pgx.Identifier{e.table.Schema, e.table.Name}.Sanitize() }

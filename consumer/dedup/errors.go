@@ -19,16 +19,26 @@ var ErrTableNotFound = errors.New("dedup table not found")
 var ErrLockNotAvailable = errors.New("lock not available")
 
 // OwnershipError reports a table that exists but is not ours: it carries no
-// ownership marker (Owner == "") or another owner's.
+// ownership marker (Owner == "") or another owner's. From Engine.Adopt it
+// also names the previous owner adoption was asked for (AdoptFrom), which
+// the marker does not name.
 type OwnershipError struct {
 	Table string // schema-qualified
 	Owner string // the owner found on the table; "" when unmarked
+	// AdoptFrom is the previous owner Engine.Adopt was asked to take the
+	// table over from; "" from the other calls.
+	AdoptFrom string
 }
 
 // Error names the table and the owner found on it.
 func (e *OwnershipError) Error() string {
-	if e.Owner == "" {
+	switch {
+	case e.Owner == "" && e.AdoptFrom != "":
+		return fmt.Sprintf("table %s exists without an ownership marker; refusing to adopt it from %q: only a table whose marker names that owner is adopted", e.Table, e.AdoptFrom)
+	case e.Owner == "":
 		return fmt.Sprintf("table %s exists without an ownership marker; refusing to manage a table this operator did not create", e.Table)
+	case e.AdoptFrom != "":
+		return fmt.Sprintf("table %s is owned by %q, not by %q that adoption was asked for; refusing to take over another owner's table", e.Table, e.Owner, e.AdoptFrom)
 	}
 	return fmt.Sprintf("table %s is owned by %q; refusing to manage another owner's table", e.Table, e.Owner)
 }

@@ -13,13 +13,19 @@ const markerVersion = 1
 
 // Marker is the ownership marker stored as the table's COMMENT, as JSON, e.g.
 // {"idempotency.dev/owner":"<uid>","scope":"Global","interval":"Daily","version":1}.
-// The owner is the UID of the object that created the table; scope and
-// interval record the layout so a later, different request is refused.
+// The owner is the UID of the object that created the table (or adopted
+// it: Engine.Adopt); scope and interval record the layout so a later,
+// different request is refused.
 type Marker struct {
 	Owner    string   `json:"idempotency.dev/owner"`
 	Scope    Scope    `json:"scope,omitempty"`
 	Interval Interval `json:"interval,omitempty"`
 	Version  int      `json:"version,omitempty"`
+	// AdoptedFrom is the previous owner when the table was taken over
+	// with Engine.Adopt (the last adoption only); empty for a table still
+	// owned by the object that created it. It is a record for people
+	// reading the comment: nothing grants the previous owner any right.
+	AdoptedFrom string `json:"adoptedFrom,omitempty"`
 }
 
 // partitionMarker is the COMMENT on each partition we create. It makes a
