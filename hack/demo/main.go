@@ -10,7 +10,9 @@
 //	go run ./hack/demo -hold      # keep everything running after the report until Ctrl-C
 //
 // Everything it starts is stopped, and every temporary directory removed, on
-// exit, on Ctrl-C and on SIGTERM.
+// exit, on Ctrl-C and on SIGTERM. All its files live in one icop-demo-*
+// directory; after a SIGKILL, the next run removes it and kills what it left
+// running (the envtest control plane, which does not die with its parent).
 package main
 
 import (

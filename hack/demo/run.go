@@ -64,11 +64,18 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (_ *Report, err 
 			return nil, err
 		}
 	}
-	work, err := os.MkdirTemp("", "icop-demo-")
+	removed, err := sweepStaleWorkDirs(os.TempDir())
+	if len(removed) > 0 {
+		step("removed what killed demos left behind: %s", strings.Join(removed, ", "))
+	}
+	if err != nil {
+		step("could not remove everything killed demos left behind: %v", err)
+	}
+	work, restoreTmp, err := makeWorkDir()
 	if err != nil {
 		return nil, err
 	}
-	cl.Add(func() { _ = os.RemoveAll(work) })
+	cl.Add(func() { restoreTmp(); _ = os.RemoveAll(work) })
 	var verbose io.Writer
 	if opts.Verbose {
 		verbose = progress
