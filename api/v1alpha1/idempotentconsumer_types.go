@@ -333,6 +333,45 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="table is immutable: create a new object for a new table"
 	// +kubebuilder:validation:XValidation:rule="!(self in ['all','analyse','analyze','and','any','array','as','asc','asymmetric','authorization','binary','both','case','cast','check','collate','collation','column','concurrently','constraint','create','cross','current_catalog','current_date','current_role','current_schema','current_time','current_timestamp','current_user','default','deferrable','desc','distinct','do','else','end','except','false','fetch','for','foreign','freeze','from','full','grant','group','having','ilike','in','initially','inner','intersect','into','is','isnull','join','lateral','leading','left','like','limit','localtime','localtimestamp','natural','not','notnull','null','offset','on','only','or','order','outer','overlaps','placing','primary','references','returning','right','select','session_user','similar','some','symmetric','system_user','table','tablesample','then','to','trailing','true','union','unique','user','using','variadic','verbose','when','where','window','with'])",message="table must not be a PostgreSQL reserved word"
 	Table string `json:"table,omitempty"`
+
+	// adoptFromUID lets this object take over an existing table whose
+	// ownership marker names another object: the UID (metadata.uid) of the
+	// IdempotentConsumer that created or last adopted it, typically this
+	// object's predecessor, deleted with deletionPolicy Retain and created
+	// again (a GitOps re-sync, a re-created namespace, a move to another
+	// cluster, a restore from backup), which gives it a new UID. The UID in
+	// the marker is in the DatabaseReady message of the refused object
+	// (reason TableClaimedByAnotherObject), or in the table's comment:
+	// SELECT obj_description('schema.table'::regclass, 'pg_class').
+	//
+	// When the marker names this UID and the table's layout matches the spec
+	// (scope, interval, columns), the operator rewrites the marker of the
+	// table and of each of its partitions to name this object, in one
+	// database transaction, records a Normal Event with reason TableAdopted,
+	// and carries on as usual: the rows, and so the deduplication history,
+	// are kept. It refuses, changing nothing, when the marker names a third
+	// UID (TableClaimedByAnotherObject, with both UIDs in the message), when
+	// the table has no marker (TableNotOwned), when the layout differs
+	// (TableLayoutMismatch), and when an IdempotentConsumer with this UID
+	// still exists in this cluster (TableClaimedByAnotherObject: delete it
+	// first, with deletionPolicy Retain). A table that does not exist is
+	// created as without this field. Nothing is ever adopted without it.
+	//
+	// Only set it when no object anywhere still uses that UID: the operator
+	// can check this cluster only, and two clusters can share a database.
+	// The previous owner's operator, if it still ran, would from then on
+	// find the table claimed by this object and stop maintaining it.
+	//
+	// Once the marker names this object the field has no effect, so it can
+	// stay in Git. It is mutable: a wrong UID can be corrected, and the
+	// field removed after the adoption, without re-creating the object.
+	// At most 253 characters of letters, digits and ._:/-, the characters
+	// the ownership marker accepts.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._:/-]*$`
+	AdoptFromUID string `json:"adoptFromUID,omitempty"`
 }
 
 // DedupSpec is the deduplication and partitioning policy.
