@@ -31,6 +31,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/dedup"
@@ -75,7 +76,7 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 	}
 	dctx, cancel := context.WithTimeout(ctx, r.Options.DatabaseTimeout)
 	defer cancel()
-	if err := store.EnsureTable(dctx, string(obj.UID)); err != nil {
+	if err := r.ensureTable(ctx, dctx, s, store); err != nil {
 		r.databaseFailure(ctx, s, err)
 		return nil
 	}
@@ -83,6 +84,79 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 	s.databaseOK = true
 	obj.SetCondition(kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionTrue, kafkav1alpha1.ReasonDatabaseReady,
 		fmt.Sprintf("Table %s exists and carries this object's ownership marker", table))
+	return nil
+}
+
+// ReasonTableAdopted is the reason of the Normal Event recorded when an
+// object takes its table over from the previous owner named in
+// spec.database.adoptFromUID.
+const ReasonTableAdopted = "TableAdopted"
+
+// TableAdopter is implemented by a TableStore that can take a table over
+// from a previous owner (spec.database.adoptFromUID); *dedup.Engine does.
+type TableAdopter interface {
+	// Adopt is EnsureTable for owner that also accepts a table whose marker
+	// names from, and rewrites its markers to name owner.
+	Adopt(ctx context.Context, owner, from string) (dedup.AdoptResult, error)
+}
+
+// LiveOwnerError refuses an adoption from a UID that an IdempotentConsumer
+// in this cluster still has: the table is that object's.
+type LiveOwnerError struct {
+	Table     string // schema-qualified
+	UID       string // spec.database.adoptFromUID
+	Namespace string // of the object holding UID
+	Name      string
+	Deleting  bool // the object is being deleted
+}
+
+func (e *LiveOwnerError) Error() string {
+	state := "still exists"
+	if e.Deleting {
+		state = "is still being deleted"
+	}
+	return fmt.Sprintf("Table %s is owned by IdempotentConsumer %s/%s (UID %s), which %s in this cluster; spec.database.adoptFromUID adopts only a table whose owner is gone. Delete that object first (with deletionPolicy Retain, so the table stays), or choose another table",
+		e.Table, e.Namespace, e.Name, e.UID, state)
+}
+
+// ensureTable is the store's EnsureTable with this object's UID as owner.
+// With spec.database.adoptFromUID set and the table's marker naming that
+// UID, it takes the table over (Adopt) and records a TableAdopted Event;
+// in every other case the field changes nothing. Adoption needs the
+// marker to name exactly that UID: a third owner, an unmarked table and
+// an object of this cluster that still has the UID are refused.
+func (r *IdempotentConsumerReconciler) ensureTable(ctx, dctx context.Context, s *reconcileState, store TableStore) error {
+	obj := s.obj
+	owner := string(obj.UID)
+	err := store.EnsureTable(dctx, owner)
+	from := obj.Spec.Database.AdoptFromUID
+	var own *dedup.OwnershipError
+	if from == "" || from == owner || !errors.As(err, &own) || own.Owner != from {
+		return err
+	}
+	var list kafkav1alpha1.IdempotentConsumerList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return fmt.Errorf("listing IdempotentConsumers to check that UID %s is gone before adopting table %s: %w", from, own.Table, err)
+	}
+	for i := range list.Items {
+		if o := &list.Items[i]; string(o.UID) == from {
+			return &LiveOwnerError{Table: own.Table, UID: from, Namespace: o.Namespace, Name: o.Name, Deleting: o.DeletionTimestamp != nil}
+		}
+	}
+	adopter, ok := store.(TableAdopter)
+	if !ok {
+		return fmt.Errorf("table %s: this table store cannot adopt a table (spec.database.adoptFromUID)", own.Table)
+	}
+	res, err := adopter.Adopt(dctx, owner, from)
+	if err != nil {
+		return err
+	}
+	if res.Adopted || len(res.Partitions) > 0 {
+		msg := fmt.Sprintf("Took over table %s from its previous owner %s (spec.database.adoptFromUID): the ownership marker of the table and of %d partition(s) now names this object; its rows are kept",
+			own.Table, from, len(res.Partitions))
+		r.event(obj, corev1.EventTypeNormal, ReasonTableAdopted, "AdoptTable", s.scrub(msg))
+		log.FromContext(ctx).Info("Adopted table", "table", own.Table, "previousOwner", from, "partitions", len(res.Partitions))
+	}
 	return nil
 }
 
@@ -148,36 +222,58 @@ func (r *IdempotentConsumerReconciler) databaseNotReady(ctx context.Context, s *
 // databaseFailure classifies an error from opening the store or ensuring
 // the table.
 func (r *IdempotentConsumerReconciler) databaseFailure(ctx context.Context, s *reconcileState, err error) {
-	var own *dedup.OwnershipError
+	var (
+		own  *dedup.OwnershipError
+		live *LiveOwnerError
+	)
 	if errors.As(err, &own) {
 		reason, message := r.ownershipProblem(ctx, s.obj, own)
 		r.databaseNotReady(ctx, s, reason, message, false)
+		return
+	}
+	if errors.As(err, &live) {
+		r.databaseNotReady(ctx, s, kafkav1alpha1.ReasonTableClaimed, live.Error(), false)
 		return
 	}
 	reason, transient := classifyDatabaseError(err)
 	r.databaseNotReady(ctx, s, reason, describeDatabaseError(reason, err), transient)
 }
 
-// ownershipProblem explains who holds a table this object cannot take.
+// ownershipProblem explains who holds a table this object cannot take,
+// and what spec.database.adoptFromUID can (or cannot) do about it.
 func (r *IdempotentConsumerReconciler) ownershipProblem(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, own *dedup.OwnershipError) (string, string) {
+	from := obj.Spec.Database.AdoptFromUID
 	if own.Owner == "" {
-		return kafkav1alpha1.ReasonTableNotOwned, fmt.Sprintf(
+		msg := fmt.Sprintf(
 			"Table %s exists but was not created by this operator (it has no ownership marker); refusing to manage it. Choose another table, or drop or rename that one",
 			own.Table)
+		if from != "" {
+			msg += fmt.Sprintf("; spec.database.adoptFromUID (%s) adopts only a table whose marker names that UID, never an unmarked one", from)
+		}
+		return kafkav1alpha1.ReasonTableNotOwned, msg
+	}
+	mismatch := ""
+	if from != "" && from != own.Owner {
+		mismatch = fmt.Sprintf("; spec.database.adoptFromUID is %s, which does not match the UID in the table's marker, so the table is not adopted", from)
 	}
 	var list kafkav1alpha1.IdempotentConsumerList
 	if err := r.Client.List(ctx, &list); err == nil {
 		for i := range list.Items {
 			if string(list.Items[i].UID) == own.Owner {
 				return kafkav1alpha1.ReasonTableClaimed, fmt.Sprintf(
-					"Table %s is owned by IdempotentConsumer %s/%s; two objects cannot share one table. Choose another table",
-					own.Table, list.Items[i].Namespace, list.Items[i].Name)
+					"Table %s is owned by IdempotentConsumer %s/%s (UID %s); two objects cannot share one table. Choose another table%s",
+					own.Table, list.Items[i].Namespace, list.Items[i].Name, own.Owner, mismatch)
 			}
 		}
 	}
+	if mismatch != "" {
+		return kafkav1alpha1.ReasonTableClaimed, fmt.Sprintf(
+			"Table %s is owned by UID %s, which is no IdempotentConsumer in this cluster%s. Set adoptFromUID to %s only if that object is gone for good and nothing else (another cluster) maintains this table; otherwise choose another table",
+			own.Table, own.Owner, mismatch, own.Owner)
+	}
 	return kafkav1alpha1.ReasonTableClaimed, fmt.Sprintf(
-		"Table %s is owned by %q, which is no IdempotentConsumer in this cluster (one deleted with deletionPolicy Retain, or one in another cluster); refusing to take it over. Choose another table",
-		own.Table, own.Owner)
+		"Table %s is owned by UID %s, which is no IdempotentConsumer in this cluster (one deleted with deletionPolicy Retain, or one in another cluster); refusing to take it over. If it was this object's predecessor and nothing else (another cluster) maintains this table, set spec.database.adoptFromUID: %s to adopt it; otherwise choose another table",
+		own.Table, own.Owner, own.Owner)
 }
 
 // classifyDatabaseError maps an error to a condition reason, and says
