@@ -43,11 +43,17 @@ func (b *backoff) next(key types.NamespacedName) time.Duration {
 	defer b.mu.Unlock()
 	n := b.failures[key]
 	b.failures[key] = n + 1
-	d := b.base
-	for i := 0; i < n && d < b.max; i++ {
+	return backoffDelay(b.base, b.max, n+1)
+}
+
+// backoffDelay is the wait after the nth failure in a row (n >= 1): base,
+// 2*base, 4*base, ... up to max.
+func backoffDelay(base, max time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < max; i++ {
 		d *= 2
 	}
-	return min(d, b.max)
+	return min(d, max)
 }
 
 // reset forgets the failures of key.

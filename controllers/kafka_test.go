@@ -85,11 +85,12 @@ func TestTopicCache(t *testing.T) {
 	var c topicCache
 	key := types.NamespacedName{Namespace: "ns", Name: "a"}
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	sched := topicSchedule{interval: time.Hour, retryBase: time.Minute, retryMax: 10 * time.Minute}
 	if _, fresh := c.get(key, "fp1", t0, time.Minute); fresh {
 		t.Fatal("an empty cache is fresh")
 	}
 	good := map[string]TopicInfo{"t": {Exists: true, Partitions: 3, Retention: time.Hour, RetentionKnown: true}}
-	o := c.put(key, "fp1", t0, "t", "t.dlq", good, nil, "")
+	o := c.put(key, "fp1", t0, "t", "t.dlq", good, nil, "", sched)
 	if o.good == nil || o.current.main.Partitions != 3 || o.current.dlq.Exists {
 		t.Fatalf("put = %+v", o)
 	}
@@ -106,17 +107,96 @@ func TestTopicCache(t *testing.T) {
 		t.Error("fresh for another fingerprint")
 	}
 	// A failure keeps the last good answer, for the same fingerprint only.
-	o = c.put(key, "fp1", t0.Add(2*time.Minute), "t", "t.dlq", nil, errors.New("down"), kafkav1alpha1.ReasonBrokerUnreachable)
+	o = c.put(key, "fp1", t0.Add(2*time.Minute), "t", "t.dlq", nil, errors.New("down"), kafkav1alpha1.ReasonBrokerUnreachable, sched)
 	if o.err == nil || o.good == nil || !o.goodAt.Equal(t0) {
 		t.Errorf("after a failure: %+v", o)
 	}
-	o = c.put(key, "fp2", t0.Add(3*time.Minute), "t", "t.dlq", nil, errors.New("down"), kafkav1alpha1.ReasonBrokerUnreachable)
+	o = c.put(key, "fp2", t0.Add(3*time.Minute), "t", "t.dlq", nil, errors.New("down"), kafkav1alpha1.ReasonBrokerUnreachable, sched)
 	if o.good != nil {
 		t.Error("a new fingerprint inherited the old answer")
 	}
 	c.forget(key)
 	if _, fresh := c.get(key, "fp2", t0.Add(3*time.Minute), time.Minute); fresh {
 		t.Error("forgotten entry still fresh")
+	}
+}
+
+// TestTopicCacheSchedule checks when the next look at the brokers is due:
+// after an inconclusive look, a backoff that doubles up to its maximum; after
+// a conclusive one, the check interval; and that the observation is not
+// reused past that time even within the refresh period.
+func TestTopicCacheSchedule(t *testing.T) {
+	var c topicCache
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	sched := topicSchedule{interval: 30 * time.Minute, retryBase: time.Minute, retryMax: 5 * time.Minute}
+	refresh := time.Hour // longer than both, so only the schedule ends freshness
+	down := errors.New("down")
+
+	// Inconclusive looks in a row: 1m, 2m, 4m, 5m, 5m.
+	now := t0
+	for i, want := range []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute, 5 * time.Minute} {
+		o := c.put(key, "fp", now, "t", "t.dlq", nil, down, kafkav1alpha1.ReasonBrokerUnreachable, sched)
+		if got := o.next.Sub(now); got != want || o.failures != i+1 {
+			t.Fatalf("failure %d: next in %s (failures %d), want %s", i+1, got, o.failures, want)
+		}
+		if _, fresh := c.get(key, "fp", now.Add(want-time.Nanosecond), refresh); !fresh {
+			t.Errorf("failure %d: not reused before the retry is due", i+1)
+		}
+		if _, fresh := c.get(key, "fp", now.Add(want), refresh); fresh {
+			t.Errorf("failure %d: reused when the retry is due", i+1)
+		}
+		now = now.Add(want)
+	}
+
+	// A conclusive look resets the backoff and schedules the periodic check.
+	good := map[string]TopicInfo{"t": {Exists: true, Partitions: 3, Retention: time.Hour, RetentionKnown: true}}
+	o := c.put(key, "fp", now, "t", "t.dlq", good, nil, "", sched)
+	if o.failures != 0 || o.next.Sub(now) != 30*time.Minute {
+		t.Errorf("after success: failures %d, next in %s; want 0, 30m", o.failures, o.next.Sub(now))
+	}
+	if _, fresh := c.get(key, "fp", now.Add(30*time.Minute), refresh); fresh {
+		t.Error("reused when the periodic check is due")
+	}
+	// The refresh period still bounds reuse when it is the shorter one.
+	if _, fresh := c.get(key, "fp", now.Add(10*time.Minute), 10*time.Minute); fresh {
+		t.Error("reused past the refresh period")
+	}
+	o = c.put(key, "fp", now, "t", "t.dlq", nil, down, kafkav1alpha1.ReasonBrokerUnreachable, sched)
+	if o.failures != 1 || o.next.Sub(now) != time.Minute {
+		t.Errorf("first failure after a success: failures %d, next in %s; want 1, 1m", o.failures, o.next.Sub(now))
+	}
+
+	// Answers that leave the warnings Unknown count as failures too.
+	for name, infos := range map[string]map[string]TopicInfo{
+		"missing topic":     {"t.dlq": {Exists: true, Partitions: 1, RetentionKnown: true}},
+		"no retention":      {"t": {Exists: true, Partitions: 3}},
+		"describe refused":  {"t": {Exists: true, Err: errors.New("denied")}},
+		"retention of dlq?": {"t": {Exists: true, Partitions: 3, RetentionKnown: true, Retention: time.Hour}, "t.dlq": {Exists: true}},
+	} {
+		c.forget(key)
+		o := c.put(key, "fp", t0, "t", "t.dlq", infos, nil, "", sched)
+		wantOK := name == "retention of dlq?" // the dead-letter topic's retention is optional
+		if o.conclusive() != wantOK {
+			t.Errorf("%s: conclusive = %v, want %v", name, o.conclusive(), wantOK)
+		}
+		if want := map[bool]time.Duration{true: 30 * time.Minute, false: time.Minute}[wantOK]; o.next.Sub(t0) != want {
+			t.Errorf("%s: next in %s, want %s", name, o.next.Sub(t0), want)
+		}
+	}
+
+	// Periodic checks disabled: a conclusive look schedules nothing and is
+	// reused for the refresh period; failures are still retried.
+	c.forget(key)
+	off := topicSchedule{interval: -1, retryBase: time.Minute, retryMax: 5 * time.Minute}
+	if o := c.put(key, "fp", t0, "t", "t.dlq", good, nil, "", off); !o.next.IsZero() {
+		t.Errorf("periodic checks off: next %s, want none", o.next)
+	}
+	if _, fresh := c.get(key, "fp", t0.Add(59*time.Minute), refresh); !fresh {
+		t.Error("periodic checks off: not reused within the refresh period")
+	}
+	if o := c.put(key, "fp", t0, "t", "t.dlq", nil, down, kafkav1alpha1.ReasonBrokerUnreachable, off); o.next.Sub(t0) != time.Minute {
+		t.Errorf("periodic checks off: failure retried in %s, want 1m", o.next.Sub(t0))
 	}
 }
 

@@ -300,8 +300,19 @@ func testScheduleMovesPartitions(t *testing.T, te *testEnv) {
 		if !now.Add(lead).Before(next) {
 			next = next.Add(24 * time.Hour)
 		}
-		if want := next.Add(-lead).Sub(now); res.RequeueAfter != want {
-			t.Errorf("RequeueAfter = %s at %s, want %s (next boundary %s minus lead %s)", res.RequeueAfter, now, want, next, lead)
+		schedule := next.Add(-lead).Sub(now)
+		if nm := te.get(t, ns, obj.Name).Status.NextMaintenanceTime; nm == nil || !nm.Time.Equal(next.Add(-lead)) {
+			t.Errorf("nextMaintenanceTime = %v at %s, want %s (next boundary %s minus lead %s)", nm, now, next.Add(-lead), next, lead)
+		}
+		// The object's broker (kafka-0.kafka) does not resolve: the topic
+		// check is retried on its backoff, hours before the schedule.
+		recheck := te.topicRecheckIn(t, ns, obj.Name, now)
+		if recheck < te.r.Options.TopicRetryBase || recheck > te.r.Options.TopicRetryMax {
+			t.Errorf("topic recheck in %s, want a backoff step in [%s, %s]", recheck, te.r.Options.TopicRetryBase, te.r.Options.TopicRetryMax)
+		}
+		if want := min(schedule, recheck); res.RequeueAfter != want {
+			t.Errorf("RequeueAfter = %s at %s, want %s: the earlier of the schedule (next boundary %s minus lead %s: %s) and the topic recheck (%s)",
+				res.RequeueAfter, now, want, next, lead, schedule, recheck)
 		}
 	}
 	checkRequeue()
@@ -339,9 +350,21 @@ func testScheduleMovesPartitions(t *testing.T, te *testEnv) {
 	}
 	checkRequeue()
 
-	// Just before the next boundary minus the lead nothing is due; at it, the
-	// next partition is created ahead of time.
+	// Just before the next boundary minus the lead nothing is due, and the
+	// schedule is the earlier wake-up (the topic recheck is at least
+	// TopicRetryBase away); at it, the next partition is created ahead of time.
 	next := te.get(t, ns, obj.Name).Status.NextMaintenanceTime.Time
+	te.clock.SetTime(next.Add(-30 * time.Second))
+	res, err := te.r.Reconcile(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != 30*time.Second {
+		t.Errorf("RequeueAfter = %s 30s before the scheduled maintenance, want 30s", res.RequeueAfter)
+	}
+	if early := partitions(t, conn, "public", "processed_event"); !slices.Equal(early, after) {
+		t.Errorf("partitions changed before the scheduled time: %v, were %v", early, after)
+	}
 	te.clock.SetTime(next)
 	if _, err := te.r.Reconcile(ctx, req); err != nil {
 		t.Fatal(err)

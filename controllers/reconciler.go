@@ -74,6 +74,16 @@ type Options struct {
 	TopicRefresh time.Duration
 	// KafkaTimeout bounds one look at the brokers; default 10s.
 	KafkaTimeout time.Duration
+	// TopicCheckInterval is how long after a successful look at the brokers
+	// the object is reconciled again to look once more (a changed
+	// retention.ms or partition count is noticed within it); default 1h,
+	// negative disables these periodic rechecks.
+	TopicCheckInterval time.Duration
+	// TopicRetryBase and TopicRetryMax bound the backoff after a look at the
+	// brokers that could not tell (broker unreachable, topic missing, access
+	// denied): the object is reconciled again after TopicRetryBase, doubling
+	// up to TopicRetryMax, until a look succeeds; defaults 1m and 10m.
+	TopicRetryBase, TopicRetryMax time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -106,6 +116,18 @@ func (o Options) withDefaults() Options {
 	}
 	if o.KafkaTimeout <= 0 {
 		o.KafkaTimeout = 10 * time.Second
+	}
+	if o.TopicCheckInterval == 0 {
+		o.TopicCheckInterval = time.Hour
+	}
+	if o.TopicRetryBase <= 0 {
+		o.TopicRetryBase = time.Minute
+	}
+	if o.TopicRetryMax <= 0 {
+		o.TopicRetryMax = 10 * time.Minute
+	}
+	if o.TopicRetryMax < o.TopicRetryBase {
+		o.TopicRetryMax = o.TopicRetryBase
 	}
 	return o
 }

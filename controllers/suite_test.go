@@ -78,6 +78,8 @@ type envOptions struct {
 	realClock bool
 	options   Options
 	pool      PoolOptions
+	// topics replaces the KafkaAdmin the reconciler asks the brokers with.
+	topics TopicInspector
 }
 
 var scheme = func() *runtime.Scheme {
@@ -170,6 +172,7 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 	te.r = &IdempotentConsumerReconciler{
 		Stores:   te.stores,
 		Recorder: mgr.GetEventRecorder("idempotency-operator"),
+		Topics:   eo.topics,
 		Options:  opts,
 	}
 	if !eo.realClock {

@@ -40,11 +40,15 @@ import (
 // kept per object for Options.TopicRefresh, so the brokers are asked at most
 // that often (and at once when the Kafka settings or credentials change).
 //
-// Nothing here changes Ready or the schedule: a broker that cannot be
-// reached is a warning with its own reason, asked again on the next
-// reconcile that comes anyway (the partition schedule, a change to the
-// object or its Secrets), and the table, its partitions and the consumer
-// are reconciled as usual.
+// Nothing here changes Ready: a broker that cannot be reached is a warning
+// with its own reason, and the table, its partitions and the consumer are
+// reconciled as usual. Each look at the brokers schedules the next one (the
+// reconcile's RequeueAfter is the earliest of this and the partition
+// schedule): after a look that could not tell (the warnings are Unknown),
+// Options.TopicRetryBase doubling up to TopicRetryMax; after one that could,
+// Options.TopicCheckInterval, so a changed retention.ms or partition count is
+// noticed without a change to the object. A Kafka Secret that cannot be
+// read schedules nothing: the Secret watch brings the object back.
 func (r *IdempotentConsumerReconciler) reconcileTopics(ctx context.Context, s *reconcileState) error {
 	obj := s.obj
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
@@ -75,10 +79,25 @@ func (r *IdempotentConsumerReconciler) reconcileTopics(ctx context.Context, s *r
 		} else if infos, err = r.Topics.Inspect(ctx, conn, obj.Spec.Kafka.Topic, obj.DeadLetterTopic()); err != nil {
 			reason = classifyKafkaError(err)
 		}
-		obs = r.topicCache.put(key, fp, s.now, obj.Spec.Kafka.Topic, obj.DeadLetterTopic(), infos, err, reason)
+		obs = r.topicCache.put(key, fp, s.now, obj.Spec.Kafka.Topic, obj.DeadLetterTopic(), infos, err, reason, r.topicSchedule())
 	}
 	r.applyTopicObservation(ctx, s, obs)
+	if !obs.next.IsZero() {
+		s.requeue(obs.next.Sub(s.now))
+	}
 	return nil
+}
+
+// topicSchedule is when to look at the brokers again.
+func (r *IdempotentConsumerReconciler) topicSchedule() topicSchedule {
+	return topicSchedule{interval: r.Options.TopicCheckInterval, retryBase: r.Options.TopicRetryBase, retryMax: r.Options.TopicRetryMax}
+}
+
+// topicSchedule: after the nth inconclusive look in a row, look again after
+// backoffDelay(retryBase, retryMax, n); after a conclusive one, after
+// interval (never when interval <= 0).
+type topicSchedule struct {
+	interval, retryBase, retryMax time.Duration
 }
 
 // applyTopicObservation turns what the brokers said into status and the two
@@ -184,9 +203,14 @@ func (r *IdempotentConsumerReconciler) topicsUnknown(ctx context.Context, s *rec
 // True is a Warning Event and a log line, once.
 func (r *IdempotentConsumerReconciler) topicWarning(ctx context.Context, s *reconcileState, condType string, status metav1.ConditionStatus, reason, message string) {
 	message = s.scrub(message)
-	prev := s.obj.GetCondition(condType)
+	// GetCondition points into the slice SetCondition updates: keep the
+	// previous reason before setting.
+	prevReason := ""
+	if prev := s.obj.GetCondition(condType); prev != nil {
+		prevReason = prev.Reason
+	}
 	s.obj.SetCondition(condType, status, reason, message)
-	if status == metav1.ConditionTrue || prev != nil && prev.Reason == reason {
+	if status == metav1.ConditionTrue || prevReason == reason {
 		return
 	}
 	r.event(s.obj, corev1.EventTypeWarning, reason, "InspectTopics", message)
@@ -257,6 +281,20 @@ type topicObservation struct {
 	// (for status and the autoscaling cap); goodAt is when it came.
 	good   *topicPair
 	goodAt time.Time
+	// failures counts the inconclusive looks in a row (see conclusive).
+	failures int
+	// next is when to look again; zero for never (a conclusive look with
+	// periodic rechecks disabled). A reconcile before it, and before the
+	// refresh period ends, reuses this observation.
+	next time.Time
+}
+
+// conclusive reports whether the look told what the warnings need: the
+// topic exists and was described with its retention. Otherwise
+// applyTopicObservation sets the warnings to Unknown.
+func (o topicObservation) conclusive() bool {
+	m := o.current.main
+	return o.err == nil && m.Err == nil && m.Exists && m.RetentionKnown
 }
 
 // topicCache holds the latest observation per object.
@@ -266,7 +304,7 @@ type topicCache struct {
 }
 
 // get returns the object's observation and whether it is still fresh: made
-// for the same fingerprint less than refresh ago.
+// for the same fingerprint less than refresh ago, and its next look not due.
 func (c *topicCache) get(key types.NamespacedName, fingerprint string, now time.Time, refresh time.Duration) (topicObservation, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -274,12 +312,13 @@ func (c *topicCache) get(key types.NamespacedName, fingerprint string, now time.
 	if !ok || o.fingerprint != fingerprint {
 		return topicObservation{fingerprint: fingerprint}, false
 	}
-	return o, now.Sub(o.checked) < refresh && !now.Before(o.checked)
+	return o, now.Sub(o.checked) < refresh && !now.Before(o.checked) && (o.next.IsZero() || now.Before(o.next))
 }
 
-// put records an attempt and returns the observation to use.
+// put records an attempt, schedules the next one and returns the
+// observation to use.
 func (c *topicCache) put(key types.NamespacedName, fingerprint string, now time.Time, topic, dlq string,
-	infos map[string]TopicInfo, err error, reason string) topicObservation {
+	infos map[string]TopicInfo, err error, reason string, sched topicSchedule) topicObservation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries == nil {
@@ -296,6 +335,15 @@ func (c *topicCache) put(key types.NamespacedName, fingerprint string, now time.
 			good := o.current
 			o.good, o.goodAt = &good, now
 		}
+	}
+	if o.conclusive() {
+		o.failures, o.next = 0, time.Time{}
+		if sched.interval > 0 {
+			o.next = now.Add(sched.interval)
+		}
+	} else {
+		o.failures++
+		o.next = now.Add(backoffDelay(sched.retryBase, sched.retryMax, o.failures))
 	}
 	c.entries[key] = o
 	return o

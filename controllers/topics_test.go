@@ -73,6 +73,20 @@ func (te *testEnv) expireTopicCache(t testing.TB, ns, name string) {
 	te.poke(t, ns, name)
 }
 
+// topicRecheckIn is how long after now the reconciler will look at the
+// object's topics again, from its topic cache.
+func (te *testEnv) topicRecheckIn(t testing.TB, ns, name string, now time.Time) time.Duration {
+	t.Helper()
+	c := &te.r.topicCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.entries[types.NamespacedName{Namespace: ns, Name: name}]
+	if !ok || o.next.IsZero() {
+		t.Fatalf("%s/%s: no topic recheck scheduled (cached: %v)", ns, name, ok)
+	}
+	return o.next.Sub(now)
+}
+
 // testTopicRetention runs objects against an in-process broker with topics of
 // different retention, and checks that the TopicRetentionCovered and
 // ReplicasWithinPartitions warnings appear and clear, without touching Ready.
@@ -222,15 +236,21 @@ func testTopicRetention(t *testing.T, te *testEnv) {
 		if st := obj.Status.Topic; st == nil || st.Partitions != 4 || !st.ObservedTime.Equal(before.Status.Topic.ObservedTime) {
 			t.Errorf("status.topic = %+v, want the last answer (4 partitions at %v)", st, before.Status.Topic.ObservedTime)
 		}
-		// Maintenance still runs and the broker sets no schedule of its
-		// own: the next wake-up is the partition schedule's.
+		// Maintenance still runs, and the brokers are asked again after the
+		// first backoff step (this is the first failed look since the last
+		// good one), or at the partition schedule if that is earlier.
+		now := te.clock.Now()
 		res, err := te.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "down"}})
 		if err != nil {
 			t.Fatal(err)
 		}
+		if recheck := te.topicRecheckIn(t, ns, "down", now); recheck != te.r.Options.TopicRetryBase {
+			t.Errorf("topic recheck in %s after the first failure, want TopicRetryBase %s", recheck, te.r.Options.TopicRetryBase)
+		}
 		next := te.get(t, ns, "down").Status.NextMaintenanceTime
-		if want := next.Sub(te.clock.Now()); res.RequeueAfter != want {
-			t.Errorf("RequeueAfter = %s with the broker down, want the schedule's %s", res.RequeueAfter, want)
+		if want := min(next.Sub(now), te.r.Options.TopicRetryBase); res.RequeueAfter != want {
+			t.Errorf("RequeueAfter = %s with the broker down, want %s (schedule %s, topic retry %s)",
+				res.RequeueAfter, want, next.Sub(now), te.r.Options.TopicRetryBase)
 		}
 	})
 }

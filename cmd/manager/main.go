@@ -67,12 +67,16 @@ func main() {
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Objects reconciled in parallel.")
 	flag.DurationVar(&opts.TopicRefresh, "topic-refresh", 5*time.Minute, "How long topic retention and partitions read from the brokers (and a missing KEDA) are trusted before the next reconcile asks again.")
 	flag.DurationVar(&opts.KafkaTimeout, "kafka-timeout", 10*time.Second, "Bound on one look at the brokers.")
+	flag.DurationVar(&opts.TopicCheckInterval, "topic-check-interval", time.Hour, "How often topic retention and partitions are checked again after a successful look (a look that fails is retried after 1m, doubling up to 10m); 0 disables the periodic check.")
 	var maxConns int
 	flag.IntVar(&maxConns, "database-max-conns", 2, "Connections per distinct database URL.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	pool.MaxConns = int32(maxConns)
+	if opts.TopicCheckInterval == 0 {
+		opts.TopicCheckInterval = -1 // 0 in controllers.Options means the default
+	}
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	setupLog := ctrl.Log.WithName("setup")
