@@ -120,6 +120,7 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 	if prev == nil || prev.Reason != kafkav1alpha1.ReasonDeleting {
 		r.event(obj, corev1.EventTypeWarning, prob.reason, "Delete", msg)
 	}
+	setStatusGauges(obj)
 	if err := r.patchStatus(ctx, orig, obj); err != nil {
 		return ctrl.Result{}, err
 	}

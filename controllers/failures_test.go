@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -207,6 +208,7 @@ func testDeletion(t *testing.T, te *testEnv) {
 		if len(got.Finalizers) != 0 {
 			t.Errorf("Retain needs no finalizer, got %v", got.Finalizers)
 		}
+		waitConditionSeries(t, ns, "keep", kafkav1alpha1.ConditionReady, metav1.ConditionTrue)
 		if err := te.c.Delete(ctx, got); err != nil {
 			t.Fatal(err)
 		}
@@ -214,6 +216,8 @@ func testDeletion(t *testing.T, te *testEnv) {
 			err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "keep"}, &kafkav1alpha1.IdempotentConsumer{})
 			return apierrors.IsNotFound(err), ""
 		})
+		// No finalizer: the reconcile that finds the object gone drops its series.
+		waitNoSeries(t, ns, "keep")
 		conn := pgConn(t, dbURL)
 		if !tableExists(t, conn, "public", "processed_event") || len(partitions(t, conn, "public", "processed_event")) == 0 {
 			t.Error("Retain: the table or its partitions are gone")
@@ -229,6 +233,7 @@ func testDeletion(t *testing.T, te *testEnv) {
 		if len(got.Finalizers) != 1 || got.Finalizers[0] != Finalizer {
 			t.Errorf("finalizers = %v, want [%s]", got.Finalizers, Finalizer)
 		}
+		waitConditionSeries(t, ns, "drop", kafkav1alpha1.ConditionReady, metav1.ConditionTrue)
 		if err := te.c.Delete(ctx, got); err != nil {
 			t.Fatal(err)
 		}
@@ -236,6 +241,8 @@ func testDeletion(t *testing.T, te *testEnv) {
 			err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "drop"}, &kafkav1alpha1.IdempotentConsumer{})
 			return apierrors.IsNotFound(err), ""
 		})
+		// Removing the finalizer drops the series.
+		waitNoSeries(t, ns, "drop")
 		conn := pgConn(t, dbURL)
 		if tableExists(t, conn, "public", "processed_event") {
 			t.Error("Delete: the table is still there")
@@ -266,6 +273,7 @@ func testDeletion(t *testing.T, te *testEnv) {
 			c := got.GetCondition(kafkav1alpha1.ConditionReady)
 			return c != nil && c.Reason == kafkav1alpha1.ReasonDeleting, conditionsSummary(got)
 		})
+		waitConditionSeries(t, ns, "stuck", kafkav1alpha1.ConditionReady, metav1.ConditionFalse)
 		if err := te.update(t, ns, "stuck", func(o *kafkav1alpha1.IdempotentConsumer) {
 			o.Spec.DeletionPolicy = kafkav1alpha1.DeletionRetain
 		}); err != nil {
@@ -315,4 +323,39 @@ func testSuspend(t *testing.T, te *testEnv) {
 		t.Fatal(err)
 	}
 	te.waitReady(t, ns, "s")
+}
+
+// waitConditionSeries waits until the object's status_condition series say
+// the condition has that status: 1 on it, 0 on the other two.
+func waitConditionSeries(t testing.TB, ns, name, condType string, status metav1.ConditionStatus) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("%s{%s/%s, %s=%s} = 1", MetricStatusCondition, ns, name, condType, status), func() (bool, string) {
+		got := conditionSeries(t, ns, name)
+		for _, st := range conditionStatuses {
+			want := 0.0
+			if st == status {
+				want = 1
+			}
+			if v, ok := got[condType+"/"+string(st)]; !ok || v != want {
+				return false, fmt.Sprint(got)
+			}
+		}
+		return true, ""
+	})
+}
+
+// waitNoSeries waits until no operator series names the object.
+func waitNoSeries(t testing.TB, ns, name string) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("no series of %s/%s", ns, name), func() (bool, string) {
+		families, err := objectSeries(ns, name).Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, f := range families {
+			left = append(left, fmt.Sprintf("%s (%d)", f.GetName(), len(f.GetMetric())))
+		}
+		return len(left) == 0, strings.Join(left, ", ")
+	})
 }

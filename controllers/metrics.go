@@ -17,9 +17,11 @@ limitations under the License.
 package controllers
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -38,6 +40,7 @@ const (
 	MetricPartitions          = "idempotency_operator_partitions"
 	MetricPartitionsAhead     = "idempotency_operator_partitions_ahead"
 	MetricReady               = "idempotency_operator_ready"
+	MetricStatusCondition     = "idempotency_operator_status_condition"
 )
 
 var (
@@ -74,11 +77,30 @@ var (
 		Name: MetricReady,
 		Help: "1 if the IdempotentConsumer's Ready condition is True, else 0.",
 	}, []string{"namespace", "name"})
+	statusCondition = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: MetricStatusCondition,
+		Help: helpStatusCondition,
+	}, []string{"namespace", "name", "type", "status"})
 )
+
+const helpStatusCondition = "An IdempotentConsumer's status conditions (kube-state-metrics style): 1 for the condition's " +
+	"current status (True, False or Unknown), 0 for the other two. A condition the object does not have has no series " +
+	"(Reconciling and Stalled are present only while True, AutoscalingReady only with spec.autoscaling)."
+
+// conditionStatuses are the values of a condition's status, one series each.
+var conditionStatuses = []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown}
+
+// conditionTypes remembers which condition types have series per object, so
+// a condition that goes away loses its series without the others being
+// deleted and set again (which a scrape in between would see as a gap).
+var conditionTypes = struct {
+	sync.Mutex
+	m map[types.NamespacedName]map[string]bool
+}{m: map[types.NamespacedName]map[string]bool{}}
 
 func init() {
 	metrics.Registry.MustRegister(maintenanceRuns, maintenanceDuration, partitionsCreated, partitionsDropped,
-		problems, partitionsGauge, partitionsAhead, readyGauge)
+		problems, partitionsGauge, partitionsAhead, readyGauge, statusCondition)
 }
 
 func observeMaintenance(d time.Duration, err error, created, dropped int) {
@@ -107,8 +129,45 @@ func setReadyGauge(obj *kafkav1alpha1.IdempotentConsumer) {
 	readyGauge.WithLabelValues(obj.Namespace, obj.Name).Set(v)
 }
 
+// setConditionGauges exports the object's conditions as they are now: for
+// each condition present, 1 on its status and 0 on the other two; the series
+// of conditions it no longer has are deleted.
+func setConditionGauges(obj *kafkav1alpha1.IdempotentConsumer) {
+	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
+	conditionTypes.Lock()
+	defer conditionTypes.Unlock()
+	present := make(map[string]bool, len(obj.Status.Conditions))
+	for _, c := range obj.Status.Conditions {
+		present[c.Type] = true
+		for _, st := range conditionStatuses {
+			v := 0.0
+			if c.Status == st {
+				v = 1
+			}
+			statusCondition.WithLabelValues(obj.Namespace, obj.Name, c.Type, string(st)).Set(v)
+		}
+	}
+	for t := range conditionTypes.m[key] {
+		if !present[t] {
+			statusCondition.DeletePartialMatch(prometheus.Labels{"namespace": obj.Namespace, "name": obj.Name, "type": t})
+		}
+	}
+	conditionTypes.m[key] = present
+}
+
+// setStatusGauges exports what the object's status says: Ready and every
+// condition.
+func setStatusGauges(obj *kafkav1alpha1.IdempotentConsumer) {
+	setReadyGauge(obj)
+	setConditionGauges(obj)
+}
+
 func forgetObjectMetrics(key types.NamespacedName) {
 	for _, g := range []*prometheus.GaugeVec{partitionsGauge, partitionsAhead, readyGauge} {
 		g.DeleteLabelValues(key.Namespace, key.Name)
 	}
+	conditionTypes.Lock()
+	defer conditionTypes.Unlock()
+	statusCondition.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "name": key.Name})
+	delete(conditionTypes.m, key)
 }

@@ -95,7 +95,7 @@ func (r *IdempotentConsumerReconciler) finish(ctx context.Context, orig *kafkav1
 	} else {
 		r.backoff.reset(key)
 	}
-	setReadyGauge(s.obj)
+	setStatusGauges(s.obj)
 	if err := r.patchStatus(ctx, orig, s.obj); err != nil {
 		return ctrl.Result{}, err
 	}

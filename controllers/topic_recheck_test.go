@@ -210,5 +210,6 @@ func TestTopicRecheck(t *testing.T) {
 		if c := got.GetCondition(kafkav1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
 			t.Errorf("Ready = %+v, want True throughout", c)
 		}
+		waitConditionSeries(t, ns, "pay", kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionTrue)
 	})
 }
