@@ -240,9 +240,7 @@ func ptrUID(u types.UID) *types.UID { return &u }
 // does not depend on it, because the consumer runs either way.
 func (r *IdempotentConsumerReconciler) autoscalingNotReady(ctx context.Context, s *reconcileState, reason, message string) {
 	message = s.scrub(message)
-	prev := s.obj.GetCondition(kafkav1alpha1.ConditionAutoscalingReady)
-	s.obj.SetCondition(kafkav1alpha1.ConditionAutoscalingReady, metav1.ConditionFalse, reason, message)
-	if prev == nil || prev.Reason != reason {
+	if s.obj.SetCondition(kafkav1alpha1.ConditionAutoscalingReady, metav1.ConditionFalse, reason, message) {
 		r.event(s.obj, corev1.EventTypeWarning, reason, "ApplyScaledObject", message)
 		log.FromContext(ctx).Info("Autoscaling not ready", "reason", reason, "message", message)
 	}

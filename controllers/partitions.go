@@ -202,15 +202,14 @@ func (r *IdempotentConsumerReconciler) partitionsNotReady(ctx context.Context, s
 // and emits one Warning Event and log line per change of reason, not per retry.
 func (r *IdempotentConsumerReconciler) notReady(ctx context.Context, s *reconcileState, condType, action, logMsg, reason, message string, transient bool) {
 	message = s.scrub(message)
-	prev := s.obj.GetCondition(condType)
-	s.obj.SetCondition(condType, metav1.ConditionFalse, reason, message)
+	changed := s.obj.SetCondition(condType, metav1.ConditionFalse, reason, message)
 	if transient {
 		s.retry(reason, message)
 	} else {
 		s.stall(reason, message)
 	}
 	observeProblem(reason)
-	if prev == nil || prev.Reason != reason {
+	if changed {
 		r.event(s.obj, corev1.EventTypeWarning, reason, action, message)
 		log.FromContext(ctx).Info(logMsg, "reason", reason, "message", message)
 	}

@@ -203,14 +203,7 @@ func (r *IdempotentConsumerReconciler) topicsUnknown(ctx context.Context, s *rec
 // True is a Warning Event and a log line, once.
 func (r *IdempotentConsumerReconciler) topicWarning(ctx context.Context, s *reconcileState, condType string, status metav1.ConditionStatus, reason, message string) {
 	message = s.scrub(message)
-	// GetCondition points into the slice SetCondition updates: keep the
-	// previous reason before setting.
-	prevReason := ""
-	if prev := s.obj.GetCondition(condType); prev != nil {
-		prevReason = prev.Reason
-	}
-	s.obj.SetCondition(condType, status, reason, message)
-	if status == metav1.ConditionTrue || prevReason == reason {
+	if changed := s.obj.SetCondition(condType, status, reason, message); status == metav1.ConditionTrue || !changed {
 		return
 	}
 	r.event(s.obj, corev1.EventTypeWarning, reason, "InspectTopics", message)

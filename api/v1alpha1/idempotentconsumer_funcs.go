@@ -139,7 +139,13 @@ const (
 
 // SetCondition sets one condition, with the object's generation as its
 // observedGeneration; the transition time changes only when the status does.
-func (c *IdempotentConsumer) SetCondition(condType string, status metav1.ConditionStatus, reason, message string) {
+//
+// It reports whether the reason changed: the object had no condition of that
+// type, or one with another reason. (Compare with this, not with what
+// GetCondition returned before: that points at the condition this updates.)
+func (c *IdempotentConsumer) SetCondition(condType string, status metav1.ConditionStatus, reason, message string) (reasonChanged bool) {
+	prev := meta.FindStatusCondition(c.Status.Conditions, condType)
+	reasonChanged = prev == nil || prev.Reason != reason
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
 		Type:               condType,
 		Status:             status,
@@ -147,6 +153,7 @@ func (c *IdempotentConsumer) SetCondition(condType string, status metav1.Conditi
 		Message:            message,
 		ObservedGeneration: c.Generation,
 	})
+	return reasonChanged
 }
 
 // GetCondition returns the condition of that type, or nil.
