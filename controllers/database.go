@@ -92,14 +92,6 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 // spec.database.adoptFromUID.
 const ReasonTableAdopted = "TableAdopted"
 
-// TableAdopter is implemented by a TableStore that can take a table over
-// from a previous owner (spec.database.adoptFromUID); *dedup.Engine does.
-type TableAdopter interface {
-	// Adopt is EnsureTable for owner that also accepts a table whose marker
-	// names from, and rewrites its markers to name owner.
-	Adopt(ctx context.Context, owner, from string) (dedup.AdoptResult, error)
-}
-
 // LiveOwnerError refuses an adoption from a UID that an IdempotentConsumer
 // in this cluster still has: the table is that object's.
 type LiveOwnerError struct {
@@ -143,11 +135,7 @@ func (r *IdempotentConsumerReconciler) ensureTable(ctx, dctx context.Context, s 
 			return &LiveOwnerError{Table: own.Table, UID: from, Namespace: o.Namespace, Name: o.Name, Deleting: o.DeletionTimestamp != nil}
 		}
 	}
-	adopter, ok := store.(TableAdopter)
-	if !ok {
-		return fmt.Errorf("table %s: this table store cannot adopt a table (spec.database.adoptFromUID)", own.Table)
-	}
-	res, err := adopter.Adopt(dctx, owner, from)
+	res, err := store.Adopt(dctx, owner, from)
 	if err != nil {
 		return err
 	}

@@ -29,13 +29,17 @@ import (
 )
 
 // TableStore is the reconciler's narrow view of one processed_event table:
-// everything it does to PostgreSQL goes through these four calls. The real
+// everything it does to PostgreSQL goes through these five calls. The real
 // implementation is a *dedup.Engine; tests may wrap it to count or fail calls.
 type TableStore interface {
 	// EnsureTable creates the schema, table and ownership marker, or checks
 	// an existing table's marker (*dedup.OwnershipError) and layout
 	// (*dedup.LayoutError).
 	EnsureTable(ctx context.Context, owner string) error
+	// Adopt is EnsureTable for owner that also accepts a table whose marker
+	// names from (spec.database.adoptFromUID), and rewrites its markers and
+	// its partitions' to name owner.
+	Adopt(ctx context.Context, owner, from string) (dedup.AdoptResult, error)
 	// Observe reads the table and its partitions from pg_catalog.
 	Observe(ctx context.Context) (dedup.State, error)
 	// Maintain premakes and drops partitions as planned for now.
