@@ -257,23 +257,30 @@ func (in *Inserter) insert(ctx context.Context, tx pgx.Tx, send []pgtype.UUID) (
 		_, err = br.Exec()
 		return err
 	}()
+	if err := closeSavepointBatch(ctx, tx, br, insertSavepoint, err); err != nil {
+		return nil, err
+	}
+	return fresh, nil
+}
+
+// closeSavepointBatch closes br, a batch that began with SAVEPOINT
+// savepoint, and returns the first error (err, else Close's). After a
+// server-side error it rolls back to the savepoint, undoing the failed
+// statement only and leaving the caller's transaction usable, and releases
+// it so none accumulate. (A connection error leaves nothing to roll back.)
+func closeSavepointBatch(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, savepoint string, err error) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		return fresh, nil
-	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		// A server-side error: undo the failed statement only, leaving the
-		// caller's transaction usable; the savepoint is released so none
-		// accumulate. (A connection error leaves nothing to roll back.)
-		rb := "ROLLBACK TO SAVEPOINT " + insertSavepoint + "; RELEASE SAVEPOINT " + insertSavepoint
-		if rerr := tx.Conn().PgConn().Exec(ctx, rb).Close(); rerr != nil {
-			return nil, fmt.Errorf("rolling back to savepoint: %w (after %w)", rerr, err)
-		}
+	if err == nil || !errors.As(err, &pgErr) {
+		return err
 	}
-	return nil, err
+	rb := "ROLLBACK TO SAVEPOINT " + savepoint + "; RELEASE SAVEPOINT " + savepoint
+	if rerr := tx.Conn().PgConn().Exec(ctx, rb).Close(); rerr != nil {
+		return fmt.Errorf("rolling back to savepoint: %w (after %w)", rerr, err)
+	}
+	return err
 }
 
 // coverage returns the cached partition ranges, re-reading them from
@@ -344,18 +351,9 @@ func (in *Inserter) loadCoverage(ctx context.Context, tx pgx.Tx) (coverage, erro
 		}
 		return nil
 	}()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	err = closeSavepointBatch(ctx, tx, br, windowSavepoint, err)
 	if err == nil {
 		return cov, nil
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		rb := "ROLLBACK TO SAVEPOINT " + windowSavepoint + "; RELEASE SAVEPOINT " + windowSavepoint
-		if rerr := tx.Conn().PgConn().Exec(ctx, rb).Close(); rerr != nil {
-			return coverage{}, fmt.Errorf("reading the dedup window of %s: rolling back to savepoint: %w (after %w)", in.table, rerr, err)
-		}
 	}
 	if isLockTimeout(err) {
 		return coverage{}, &LockError{Op: fmt.Sprintf("reading the dedup window of %s (a partition is locked exclusively)", in.table), Attempts: 1, Err: err}
