@@ -6,12 +6,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
 
-// TestSweepStaleWorkDirs: the directory of a demo whose process is gone is
-// removed; those of a live demo, or without a pid, are kept.
+// TestSweepStaleWorkDirs: a demo directory whose demo.pid is not locked is
+// removed, with the processes still using it, whatever its pid says (a pid
+// can be reused, or alive in another PID namespace); a locked one is kept
+// even when its pid looks dead, and so are directories without a pid.
 func TestSweepStaleWorkDirs(t *testing.T) {
 	tmp := t.TempDir()
 	// A pid that is certainly not running: a process that has exited and
@@ -20,7 +23,7 @@ func TestSweepStaleWorkDirs(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	dead := cmd.Process.Pid
+	dead := strconv.Itoa(cmd.Process.Pid)
 	mk := func(name, pid string) string {
 		d := filepath.Join(tmp, workDirPattern+name)
 		if err := os.MkdirAll(filepath.Join(d, "k8s_test_framework_1"), 0o700); err != nil {
@@ -33,21 +36,40 @@ func TestSweepStaleWorkDirs(t *testing.T) {
 		}
 		return d
 	}
-	stale := mk("stale", strconv.Itoa(dead))
-	// What a killed demo leaves running: the control plane's processes,
-	// which name files inside its directory.
-	logFile := filepath.Join(stale, "k8s_test_framework_1", "log")
-	if err := os.WriteFile(logFile, nil, 0o600); err != nil {
+	// runUsing starts a process that names a file in dir, as the control
+	// plane left by a killed demo does, and returns a channel that gets its
+	// exit.
+	runUsing := func(dir string) <-chan error {
+		logFile := filepath.Join(dir, "k8s_test_framework_1", "log")
+		if err := os.WriteFile(logFile, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := exec.Command("tail", "-f", logFile)
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- p.Wait() }()
+		t.Cleanup(func() { _ = p.Process.Kill() })
+		return exited
+	}
+	stale := mk("stale", dead)
+	staleUser := runUsing(stale)
+	reused := mk("reused", strconv.Itoa(os.Getpid()))
+	// A live demo whose pid means nothing here (another PID namespace
+	// sharing this directory): its lock says it runs.
+	live := mk("live", dead)
+	lock, err := os.Open(filepath.Join(live, pidFile))
+	if err != nil {
 		t.Fatal(err)
 	}
-	orphan := exec.Command("tail", "-f", logFile)
-	if err := orphan.Start(); err != nil {
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- orphan.Wait() }()
-	t.Cleanup(func() { _ = orphan.Process.Kill() })
-	live := mk("live", strconv.Itoa(os.Getpid()))
+	// A name that extends the stale one: not inside it.
+	neighbour := mk("stale2", "")
+	neighbourUser := runUsing(neighbour)
 	nopid := mk("nopid", "")
 	garbled := mk("garbled", "not-a-pid")
 	other := filepath.Join(tmp, "someone-elses")
@@ -59,21 +81,29 @@ func TestSweepStaleWorkDirs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(removed, []string{stale}) {
-		t.Fatalf("removed %v, want only %s", removed, stale)
+	slices.Sort(removed)
+	if want := []string{reused, stale}; !slices.Equal(removed, want) {
+		t.Fatalf("removed %v, want %v", removed, want)
 	}
-	if _, err := os.Stat(stale); !os.IsNotExist(err) {
-		t.Fatalf("stale directory still there (stat: %v)", err)
+	for _, d := range []string{stale, reused} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Fatalf("stale directory %s still there (stat: %v)", d, err)
+		}
 	}
 	select {
-	case err := <-exited:
+	case err := <-staleUser:
 		if err == nil {
 			t.Fatal("the process using the stale directory exited by itself, not killed")
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the process using the stale directory is still running")
 	}
-	for _, d := range []string{live, nopid, garbled, other} {
+	select {
+	case err := <-neighbourUser:
+		t.Fatalf("a process using %s, outside the stale directory, was killed: %v", neighbour, err)
+	default:
+	}
+	for _, d := range []string{live, neighbour, nopid, garbled, other} {
 		if _, err := os.Stat(d); err != nil {
 			t.Fatalf("%s was removed: %v", d, err)
 		}
@@ -81,7 +111,8 @@ func TestSweepStaleWorkDirs(t *testing.T) {
 }
 
 // TestMakeWorkDirRedirectsTMPDIR: while the demo runs, temporary files go
-// into its own directory, which names its pid; TMPDIR is put back after.
+// into its own directory, which names its pid under a lock; TMPDIR is put
+// back, and the lock released, after.
 func TestMakeWorkDirRedirectsTMPDIR(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
 	before := os.TempDir()
@@ -97,7 +128,15 @@ func TestMakeWorkDirRedirectsTMPDIR(t *testing.T) {
 	if err != nil || string(b) != strconv.Itoa(os.Getpid())+"\n" {
 		t.Fatalf("pid file %q (err %v), want this process's pid", b, err)
 	}
+	if stale, _ := staleWorkDir(dir); stale {
+		t.Fatal("a running demo's directory looks stale: demo.pid is not locked")
+	}
 	restore()
+	stale, release := staleWorkDir(dir)
+	if !stale {
+		t.Fatal("after restore the directory still looks in use: the lock was not released")
+	}
+	release()
 	if os.TempDir() != before {
 		t.Fatalf("TMPDIR %s after restore, want %s", os.TempDir(), before)
 	}
