@@ -77,6 +77,9 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 	dctx, cancel := context.WithTimeout(ctx, r.Options.DatabaseTimeout)
 	defer cancel()
 	if err := r.ensureTable(ctx, dctx, s, store); err != nil {
+		if ae := (*apiError)(nil); errors.As(err, &ae) {
+			return ae.err // the API server's failure, not the database's: retried by controller-runtime
+		}
 		r.databaseFailure(ctx, s, err)
 		return nil
 	}
@@ -91,6 +94,14 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 // object takes its table over from the previous owner named in
 // spec.database.adoptFromUID.
 const ReasonTableAdopted = "TableAdopted"
+
+// apiError carries a failure of the Kubernetes API out of a database step,
+// so it is returned from the reconcile (and retried) instead of being
+// reported as a database problem.
+type apiError struct{ err error }
+
+func (e *apiError) Error() string { return e.err.Error() }
+func (e *apiError) Unwrap() error { return e.err }
 
 // LiveOwnerError refuses an adoption from a UID that an IdempotentConsumer
 // in this cluster still has: the table is that object's.
@@ -107,7 +118,8 @@ func (e *LiveOwnerError) Error() string {
 	if e.Deleting {
 		state = "is still being deleted"
 	}
-	return fmt.Sprintf("Table %s is owned by IdempotentConsumer %s/%s (UID %s), which %s in this cluster; spec.database.adoptFromUID adopts only a table whose owner is gone. Delete that object first (with deletionPolicy Retain, so the table stays), or choose another table",
+	state += " in this cluster (possibly pointing at another database now)"
+	return fmt.Sprintf("Table %s is owned by IdempotentConsumer %s/%s (UID %s), which %s; spec.database.adoptFromUID adopts only a table whose owner is gone. Delete that object first (with deletionPolicy Retain, so the table stays), or choose another table",
 		e.Table, e.Namespace, e.Name, e.UID, state)
 }
 
@@ -128,7 +140,7 @@ func (r *IdempotentConsumerReconciler) ensureTable(ctx, dctx context.Context, s 
 	}
 	var list kafkav1alpha1.IdempotentConsumerList
 	if err := r.Client.List(ctx, &list); err != nil {
-		return fmt.Errorf("listing IdempotentConsumers to check that UID %s is gone before adopting table %s: %w", from, own.Table, err)
+		return &apiError{fmt.Errorf("listing IdempotentConsumers to check that UID %s is gone before adopting table %s: %w", from, own.Table, err)}
 	}
 	for i := range list.Items {
 		if o := &list.Items[i]; string(o.UID) == from {

@@ -22,6 +22,7 @@ package main
 import (
 	"crypto/tls"
 	"flag"
+	"fmt"
 	"os"
 	"time"
 
@@ -74,6 +75,10 @@ func main() {
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	pool.MaxConns = int32(maxConns)
+	if opts.TopicCheckInterval > 0 && opts.TopicCheckInterval < time.Minute {
+		fmt.Fprintf(os.Stderr, "invalid --topic-check-interval %s: want 0 (off) or at least 1m (every object asks the brokers at that rate)\n", opts.TopicCheckInterval)
+		os.Exit(2)
+	}
 	if opts.TopicCheckInterval == 0 {
 		opts.TopicCheckInterval = -1 // 0 in controllers.Options means the default
 	}

@@ -276,8 +276,12 @@ func closeSavepointBatch(ctx context.Context, tx pgx.Tx, br pgx.BatchResults, sa
 	if err == nil || !errors.As(err, &pgErr) {
 		return err
 	}
+	// Not under ctx alone: a cancelled ctx that the server reported as a
+	// cancelled statement (57014) must still get its savepoint undone.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	rb := "ROLLBACK TO SAVEPOINT " + savepoint + "; RELEASE SAVEPOINT " + savepoint
-	if rerr := tx.Conn().PgConn().Exec(ctx, rb).Close(); rerr != nil {
+	if rerr := tx.Conn().PgConn().Exec(rctx, rb).Close(); rerr != nil {
 		return fmt.Errorf("rolling back to savepoint: %w (after %w)", rerr, err)
 	}
 	return err
