@@ -500,3 +500,50 @@ func idsAt(ts ...time.Time) []uuid.UUID {
 	}
 	return out
 }
+
+// TestMaintainAfterAdoptionByAnother: an Engine whose EnsureTable passed for
+// the old owner, and which would then run Maintain (as an old operator still
+// running elsewhere would), is refused once another object has adopted the
+// table in between: it neither creates partitions marked for the new owner
+// nor drops any under its own retention.
+func TestMaintainAfterAdoptionByAnother(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Interval: Hourly}
+	old := newEngine(t, pool, tbl) // EnsureTable(testOwner) passed
+	if _, err := old.Maintain(ctx, adoptStart, adoptPremake, adoptRetention); err != nil {
+		t.Fatal(err)
+	}
+	adopter, err := NewEngine(pool, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adopter.Adopt(ctx, newOwner, testOwner); err != nil {
+		t.Fatal(err)
+	}
+	before, err := adopter.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A day later: the old engine's plan would create 24 partitions and
+	// drop every one that exists.
+	res, err := old.Maintain(ctx, adoptStart.Add(24*time.Hour), adoptPremake, adoptRetention)
+	var oe *OwnershipError
+	if !errors.As(err, &oe) || oe.Owner != newOwner {
+		t.Fatalf("Maintain by the old owner's engine after the adoption = %v, want *OwnershipError naming %s", err, newOwner)
+	}
+	if len(res.Created) != 0 || len(res.Dropped) != 0 {
+		t.Fatalf("refused Maintain still created %v and dropped %v", names(res.Created), names(res.Dropped))
+	}
+	after, err := adopter.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(partitionNames(after.Partitions), partitionNames(before.Partitions)) {
+		t.Fatalf("partitions changed from %v to %v", partitionNames(before.Partitions), partitionNames(after.Partitions))
+	}
+	// The adopter's own engine maintains it.
+	if _, err := adopter.Maintain(ctx, adoptStart.Add(time.Hour), adoptPremake, adoptRetention); err != nil {
+		t.Fatalf("Maintain by the adopter: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -115,6 +116,9 @@ type Engine struct {
 	pool  *pgxpool.Pool
 	table Table
 	cfg   engineConfig
+
+	mu    sync.Mutex
+	owner string // set by a successful EnsureTable or Adopt; Maintain checks it
 }
 
 // State is the table as observed in pg_catalog.
@@ -189,7 +193,31 @@ func (e *Engine) Table() Table { return e.table }
 // ownership marker for owner, or checks an existing table: it must carry
 // owner's marker (else *OwnershipError) and the requested layout (else
 // *LayoutError). It creates no partitions; Maintain does.
+//
+// After it succeeds, this Engine's Maintain refuses (*OwnershipError) a
+// table whose marker has come to name another owner meanwhile (adopted by
+// another object between the two calls).
 func (e *Engine) EnsureTable(ctx context.Context, owner string) error {
+	err := e.ensureTable(ctx, owner)
+	if err == nil {
+		e.setOwner(owner)
+	}
+	return err
+}
+
+func (e *Engine) setOwner(owner string) {
+	e.mu.Lock()
+	e.owner = owner
+	e.mu.Unlock()
+}
+
+func (e *Engine) ensuredOwner() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.owner
+}
+
+func (e *Engine) ensureTable(ctx context.Context, owner string) error {
 	if err := ValidateOwner(owner); err != nil {
 		return fmt.Errorf("ensuring table %s: %w", e.table, err)
 	}
@@ -569,6 +597,10 @@ func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, pr
 	if st.Owner == "" {
 		return &OwnershipError{Table: e.table.String()}
 	}
+	if want := e.ensuredOwner(); want != "" && st.Owner != want {
+		// Adopted by another object since this Engine's EnsureTable.
+		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
+	}
 	plan := PlanPartitions(now, e.table.Interval, premake, retention, e.table.Name, st.Partitions)
 	orphans := make(map[string]bool)
 	for _, o := range st.Orphans {
@@ -891,6 +923,14 @@ type AdoptResult struct {
 // good: two processes (two clusters) may share a database, and the previous
 // owner's maintenance stops working once its marker is gone.
 func (e *Engine) Adopt(ctx context.Context, owner, from string) (AdoptResult, error) {
+	res, err := e.adopt(ctx, owner, from)
+	if err == nil {
+		e.setOwner(owner)
+	}
+	return res, err
+}
+
+func (e *Engine) adopt(ctx context.Context, owner, from string) (AdoptResult, error) {
 	var res AdoptResult
 	if err := ValidateOwner(owner); err != nil {
 		return res, fmt.Errorf("adopting table %s: %w", e.table, err)
