@@ -47,7 +47,22 @@ trap 'rm -rf "$tmp"' EXIT
 build() {
 	local name="$1" pkg="$2" start=$SECONDS
 	echo "envtest: building $name ($pkg) into $cache ..." >&2
-	(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$tmp/$name" "$pkg")
+	local total n=0
+	total="$(cd "$mod" && go list -deps "$pkg" 2>/dev/null | wc -l)" || total="?"
+	# go build -v names each package as it compiles it (cached ones are not
+	# named); count them so a first build shows it is moving. Other lines
+	# (errors) pass through.
+	(cd "$mod" && CGO_ENABLED=0 go build -v -trimpath -ldflags=-s -o "$tmp/$name" "$pkg" 2>&1) |
+		while IFS= read -r line; do
+			if [[ "$line" =~ ^[^\ :]+$ ]]; then
+				n=$((n + 1))
+				if ((n % 100 == 0)); then
+					echo "envtest: $name: $n of at most $total packages compiled ($((SECONDS - start))s)" >&2
+				fi
+			else
+				echo "$line" >&2
+			fi
+		done
 	echo "envtest: built $name in $((SECONDS - start))s" >&2
 }
 echo "envtest: first build of the control plane for kubernetes $kube_ver, etcd $etcd_ver (about 10 minutes on 2 cores; cached afterwards)" >&2
