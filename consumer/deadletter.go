@@ -113,9 +113,10 @@ func (d *deadLetterWriter) newWriter(limit int) *kafka.Writer {
 // dlqState is a writer and the limit it is sized for, valid while the read
 // lock the caller got with it is held.
 type dlqState struct {
-	w     *kafka.Writer
-	limit int
-	gen   uint64
+	w        *kafka.Writer
+	limit    int
+	verified bool // limit was read, not assumed
+	gen      uint64
 }
 
 // deadLetterState returns the current writer with the read lock held (the
@@ -134,36 +135,43 @@ func (c *Consumer) deadLetterState(ctx context.Context, stale uint64) (st dlqSta
 			return dlqState{}, nil, errors.New("dead-letter writer closed")
 		}
 		if !needsRead() {
-			return dlqState{w: d.w, limit: d.limit, gen: d.gen}, d.mu.RUnlock, nil
+			return dlqState{w: d.w, limit: d.limit, verified: d.verified, gen: d.gen}, d.mu.RUnlock, nil
 		}
 		d.mu.RUnlock()
 		d.mu.Lock()
 		if !d.closed && needsRead() {
-			c.refreshDeadLetterLimit(ctx)
+			err = c.refreshDeadLetterLimit(ctx)
 		}
 		d.mu.Unlock()
+		if err != nil {
+			return dlqState{}, nil, err
+		}
 		stale = 0
 	}
 }
 
 // refreshDeadLetterLimit reads the dead-letter topic's max.message.bytes and
-// rebuilds the writer if it changed. An unreadable limit (no DescribeConfigs
-// permission, say) keeps the one in force, or assumes Kafka's default, and is
-// asked for again after limitRereadInterval; a broker refusing batches then
-// still costs no value that fits alone (see writeDeadLetters). Called with
-// c.dlq.mu held.
-func (c *Consumer) refreshDeadLetterLimit(ctx context.Context) {
+// rebuilds the writer if it changed. A failed read keeps the limit in force.
+// Before any limit is known, a failure that may pass (the broker unreachable)
+// is returned, to be retried; one that won't (no DescribeConfigs permission,
+// say) makes the runtime assume Kafka's default, ask again after
+// limitRereadInterval, and let the broker judge each record the assumed
+// limit would strip (see writeDeadLetters). Called with c.dlq.mu held.
+func (c *Consumer) refreshDeadLetterLimit(ctx context.Context) error {
 	d := c.dlq
 	d.gen++
 	d.readAt = time.Now()
 	limit, source, err := c.readMaxMessageBytes(ctx, c.cfg.DeadLetterTopic)
 	if err != nil {
 		err = redactErr(err, c.secrets...)
+		if d.w == nil && !limitUnreadable(err) {
+			return fmt.Errorf("reading the dead-letter topic's max.message.bytes: %w", err)
+		}
 		limit = d.limit
 		if limit == 0 {
 			limit = DefaultDeadLetterMaxBytes
 		}
-		if err.Error() != d.readErr {
+		if err.Error() != d.readErr && ctx.Err() == nil {
 			c.log.Warn("cannot read the dead-letter topic's max.message.bytes; sizing dead-letter batches to an assumed limit",
 				"err", err, "deadLetterTopic", c.cfg.DeadLetterTopic, "assumedMaxMessageBytes", limit)
 		}
@@ -172,7 +180,7 @@ func (c *Consumer) refreshDeadLetterLimit(ctx context.Context) {
 		d.readErr, d.verified = "", true
 	}
 	if d.w != nil && limit == d.limit {
-		return
+		return nil
 	}
 	if err == nil {
 		c.log.Info("dead-letter batches sized to the topic's limit", "deadLetterTopic", c.cfg.DeadLetterTopic,
@@ -182,6 +190,15 @@ func (c *Consumer) refreshDeadLetterLimit(ctx context.Context) {
 		_ = d.w.Close() // no write is in flight: writes hold the read lock
 	}
 	d.w, d.limit = d.newWriter(limit), limit
+	return nil
+}
+
+// limitUnreadable reports a failure to read max.message.bytes that retrying
+// won't cure: the broker's refusal (authorization, an unsupported request)
+// or an answer without a usable value.
+func limitUnreadable(err error) bool {
+	var kerr kafka.Error
+	return errors.Is(err, errNoLimit) || (errors.As(err, &kerr) && !kerr.Temporary())
 }
 
 // deadLetterMessage builds the record written to the dead-letter topic.
@@ -230,30 +247,81 @@ func (c *Consumer) writeDeadLetters(ctx context.Context, msgs []kafka.Message) e
 	if err != nil {
 		return err
 	}
-	refused, err := c.writeFitted(ctx, st, msgs)
+	var refused []kafka.Message
+	if !st.verified {
+		// The limit is assumed: let the broker judge the records it would
+		// strip, each on its own.
+		var whole []kafka.Message
+		msgs, whole = splitOversized(msgs, st.limit)
+		for _, m := range whole {
+			ok, err := c.writeWhole(ctx, m)
+			if err != nil {
+				release()
+				return err
+			}
+			if !ok {
+				refused = append(refused, m)
+			}
+		}
+	}
+	r, err := c.writeFitted(ctx, st, msgs)
 	release()
-	if err != nil || len(refused) == 0 {
+	if err != nil {
 		return err
+	}
+	if refused = append(refused, r...); len(refused) == 0 {
+		return nil
 	}
 	// The broker refused batches sized to the limit we know: the topic's
 	// limit may have been lowered. Read it again and resend what it refused.
+	prev := st.limit
 	st, release, err = c.deadLetterState(ctx, st.gen)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if refused, err = c.writeFitted(ctx, st, refused); err != nil || len(refused) == 0 {
-		return err
+	if st.limit < prev {
+		if refused, err = c.writeFitted(ctx, st, refused); err != nil || len(refused) == 0 {
+			return err
+		}
 	}
-	// Refused again at the limit the cluster reports (or the assumed one,
-	// when it can't be read): send each record alone, so that only a record
-	// the broker refuses by itself loses its value.
+	// Refused at the limit the cluster reports (or the assumed one): send
+	// each record alone, so that only a record the broker refuses by itself
+	// loses its value.
 	for _, m := range refused {
 		if err := c.writeAlone(ctx, st, m); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// splitOversized separates the records that alone exceed limit.
+func splitOversized(msgs []kafka.Message, limit int) (fit, over []kafka.Message) {
+	for _, m := range msgs {
+		if recordSize(m) > batchBytes(limit) {
+			over = append(over, m)
+		} else {
+			fit = append(fit, m)
+		}
+	}
+	return fit, over
+}
+
+// writeWhole writes m whole through a writer sized for it alone; ok is false
+// if the broker refuses it as too large.
+func (c *Consumer) writeWhole(ctx context.Context, m kafka.Message) (ok bool, err error) {
+	w := c.dlq.newWriter(int(recordSize(m)) + recordBatchOverhead)
+	defer w.Close()
+	err = w.WriteMessages(ctx, m)
+	var werrs kafka.WriteErrors
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &werrs) && len(werrs) == 1 && tooLarge(werrs[0]):
+		return false, nil
+	}
+	return false, localWriteError(err)
 }
 
 // writeFitted writes msgs fitted to st.limit and returns those the broker

@@ -12,6 +12,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/idempotency-dev/operator/consumer"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
@@ -224,5 +227,58 @@ func TestDeadLetterLimitLowered(t *testing.T) {
 	}
 	if v := metricValue(t, scrape(t, r.c), valuesDroppedMetric); v != 0 {
 		t.Fatalf("%s = %d, want 0", valuesDroppedMetric, v)
+	}
+}
+
+// TestDeadLetterLimitUnreadable: the runtime may not read the dead-letter
+// topic's configuration (no DescribeConfigs permission). It assumes Kafka's
+// default 1 MiB for batching, says so, and lets the broker judge each record
+// larger than that: a 1.5 MiB dead letter fits the topic's real 2 MiB limit
+// and keeps its value; only a 3 MiB one, which the broker refuses by itself,
+// loses it.
+func TestDeadLetterLimitUnreadable(t *testing.T) {
+	e := newEnv(t)
+	e.dumpLogsOnFailure(t)
+	const src, dlq = "events.big", "events.big.dlq"
+	createTopic(t, e.kafka, src, 1, map[string]string{"max.message.bytes": strconv.Itoa(8 << 20)})
+	createTopic(t, e.kafka, dlq, 1, map[string]string{"max.message.bytes": strconv.Itoa(2 << 20)})
+	e.topic = src
+	e.kafka.Cluster().Fault(kfake.Fault{
+		Keys: []kmsg.Key{kmsg.DescribeConfigs}, Resource: dlq, Err: kerr.TopicAuthorizationFailed, Count: -1,
+	})
+
+	const maxBytes = 64 << 10
+	fits, _ := paddedEvent(t, 3<<19) // 1.5 MiB
+	over, _ := paddedEvent(t, 3<<20) // 3 MiB
+	small := kafka.Message{Value: bytes.Repeat([]byte{0xff}, 20<<10)}
+	produceLarge(t, e.kafka, src, fits, small, over)
+
+	cfg := e.config(func(c *consumer.Config) {
+		c.Topic = src
+		c.DeadLetterTopic = dlq
+		c.Envelope.MaxBytes = maxBytes
+		c.BatchWait = 3 * time.Second
+	})
+	r := e.start(cfg, nil)
+	e.waitCaughtUp(t, 45*time.Second)
+
+	got := readAll(t, e.kafka.Brokers(), dlq, 0, 3, 20*time.Second)
+	byOffset := map[string]kafka.Message{}
+	for _, m := range got {
+		byOffset[header(m, consumer.HeaderDLQOriginalOffset)] = m
+	}
+	for off, want := range map[string][]byte{"0": fits.Value, "1": small.Value} {
+		if m := byOffset[off]; !bytes.Equal(m.Value, want) {
+			t.Errorf("dead letter of offset %s: %d value bytes (dropped %q), want its %d bytes", off, len(m.Value), header(m, consumer.HeaderDLQValueDropped), len(want))
+		}
+	}
+	if m := byOffset["2"]; len(m.Value) != 0 || header(m, consumer.HeaderDLQValueDropped) != "true" {
+		t.Errorf("dead letter of offset 2: %d value bytes, dropped %q; want none and true", len(m.Value), header(m, consumer.HeaderDLQValueDropped))
+	}
+	if v := metricValue(t, scrape(t, r.c), valuesDroppedMetric); v != 1 {
+		t.Errorf("%s = %d, want 1", valuesDroppedMetric, v)
+	}
+	if !strings.Contains(e.logBuf.String(), "cannot read the dead-letter topic's max.message.bytes") {
+		t.Error("no warning that the limit could not be read")
 	}
 }

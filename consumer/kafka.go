@@ -95,6 +95,9 @@ func (c *Consumer) checkTopics(ctx context.Context, topics ...string) error {
 	return nil
 }
 
+// errNoLimit is a cluster's answer without a usable record size limit.
+var errNoLimit = errors.New("no usable record size limit")
+
 // readMaxMessageBytes reads a topic's max.message.bytes, the largest record
 // batch its brokers accept, falling back to the controller's
 // message.max.bytes when the topic's configuration doesn't list it. source
@@ -114,7 +117,7 @@ func (c *Consumer) readMaxMessageBytes(ctx context.Context, topic string) (limit
 	broker := strconv.Itoa(md.Controller.ID)
 	limit, found, err = describeIntConfig(ctx, client, kafka.ResourceTypeBroker, broker, "message.max.bytes")
 	if err == nil && !found {
-		err = fmt.Errorf("neither topic %s's max.message.bytes nor broker %s's message.max.bytes is in the cluster's answer", topic, broker)
+		err = fmt.Errorf("%w: neither topic %s's max.message.bytes nor broker %s's message.max.bytes is in the cluster's answer", errNoLimit, topic, broker)
 	}
 	return limit, "broker message.max.bytes", err
 }
@@ -138,7 +141,7 @@ func describeIntConfig(ctx context.Context, client *kafka.Client, typ kafka.Reso
 			}
 			n, err := strconv.Atoi(e.ConfigValue)
 			if err != nil || n <= 0 {
-				return 0, false, fmt.Errorf("reading %s of %s: value %q is not a positive integer", config, name, e.ConfigValue)
+				return 0, false, fmt.Errorf("reading %s of %s: %w: %q is not a positive integer", config, name, errNoLimit, e.ConfigValue)
 			}
 			return n, true, nil
 		}
