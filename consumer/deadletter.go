@@ -210,13 +210,14 @@ func (c *Consumer) deadLetterMessage(it *item, now time.Time) kafka.Message {
 			headers = append(headers, h)
 		}
 	}
-	errText := it.errText
+	// Redact before truncating: a cut secret would no longer match.
+	errText := redactText(it.errText, c.secrets...)
 	if len(errText) > maxErrorHeader {
 		errText = errText[:maxErrorHeader]
 	}
 	add := func(k, v string) { headers = append(headers, kafka.Header{Key: k, Value: []byte(v)}) }
 	add(HeaderDLQReason, string(it.reason))
-	add(HeaderDLQError, redactText(errText, c.secrets...))
+	add(HeaderDLQError, errText)
 	add(HeaderDLQOriginalTopic, m.Topic)
 	add(HeaderDLQOriginalPartition, strconv.Itoa(m.Partition))
 	add(HeaderDLQOriginalOffset, strconv.FormatInt(m.Offset, 10))
