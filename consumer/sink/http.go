@@ -22,7 +22,9 @@ import (
 
 // HTTPConfig configures the HTTP sink.
 type HTTPConfig struct {
-	// URL the event payload is POSTed to. Required, http or https.
+	// URL the event payload is POSTed to. Required, http or https. Its path
+	// and query may hold a token: messages show only its scheme and host
+	// (see Secrets).
 	URL string
 	// Timeout of one request; default 10s.
 	Timeout time.Duration
@@ -180,12 +182,18 @@ func HTTP(cfg HTTPConfig) (consumer.Handler, error) {
 			return err
 		}
 		defer resp.Body.Close()
-		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		// Read past the 256 bytes kept, so that a secret the answer echoes
+		// across the cut is still redacted whole.
+		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			return nil
 		}
-		herr := &HTTPError{StatusCode: resp.StatusCode, Body: consumer.Redact(strings.TrimSpace(string(snippet)), secrets...)}
+		body := consumer.Redact(strings.TrimSpace(string(snippet)), secrets...)
+		if len(body) > 256 {
+			body = body[:256]
+		}
+		herr := &HTTPError{StatusCode: resp.StatusCode, Body: body}
 		switch {
 		case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
 			return herr
