@@ -248,6 +248,14 @@ func (c *Consumer) writeDeadLetters(ctx context.Context, msgs []kafka.Message) e
 	if err != nil {
 		return err
 	}
+	if _, over := splitOversized(msgs, st.limit); len(over) > 0 && st.verified {
+		// Before a value is dropped, make sure the limit wasn't raised since
+		// it was read.
+		release()
+		if st, release, err = c.deadLetterState(ctx, st.gen); err != nil {
+			return err
+		}
+	}
 	var refused []kafka.Message
 	if !st.verified {
 		// The limit is assumed: let the broker judge the records it would

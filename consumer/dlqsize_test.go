@@ -191,21 +191,7 @@ func TestDeadLetterLimitLowered(t *testing.T) {
 	e.kafka.Produce(t, e.topic, kafka.Message{Value: []byte("not json")})
 	e.waitCaughtUp(t, 30*time.Second)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	client := &kafka.Client{Addr: kafka.TCP(e.kafka.Brokers()...)}
-	resp, err := client.IncrementalAlterConfigs(ctx, &kafka.IncrementalAlterConfigsRequest{Resources: []kafka.IncrementalAlterConfigsRequestResource{{
-		ResourceType: kafka.ResourceTypeTopic, ResourceName: dlq,
-		Configs: []kafka.IncrementalAlterConfigsRequestConfig{{Name: "max.message.bytes", Value: strconv.Itoa(128 << 10), ConfigOperation: kafka.ConfigOperationSet}},
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, res := range resp.Resources {
-		if res.Error != nil {
-			t.Fatal(res.Error)
-		}
-	}
+	alterTopic(t, e.kafka, dlq, "max.message.bytes", strconv.Itoa(128<<10))
 
 	const n = 8 // 8 x 40 KiB: more than 128 KiB together, each well under it
 	var msgs []kafka.Message
@@ -227,6 +213,59 @@ func TestDeadLetterLimitLowered(t *testing.T) {
 	}
 	if v := metricValue(t, scrape(t, r.c), valuesDroppedMetric); v != 0 {
 		t.Fatalf("%s = %d, want 0", valuesDroppedMetric, v)
+	}
+}
+
+// TestDeadLetterLimitRaised: the dead-letter topic's max.message.bytes is
+// raised while the consumer runs; a dead letter larger than the old limit and
+// within the new one keeps its value (the runtime reads the limit again
+// before it drops one).
+func TestDeadLetterLimitRaised(t *testing.T) {
+	e := newEnv(t)
+	e.dumpLogsOnFailure(t)
+	const dlq = "events.dlq-grows"
+	createTopic(t, e.kafka, dlq, 1, map[string]string{"max.message.bytes": strconv.Itoa(128 << 10)})
+	cfg := e.config(func(c *consumer.Config) {
+		c.DeadLetterTopic = dlq
+		c.Envelope.MaxBytes = 64 << 10
+	})
+	r := e.start(cfg, nil)
+	e.kafka.Produce(t, e.topic, kafka.Message{Value: []byte("not json")}) // the runtime reads the 128 KiB limit
+	e.waitCaughtUp(t, 30*time.Second)
+	alterTopic(t, e.kafka, dlq, "max.message.bytes", strconv.Itoa(1<<20))
+
+	big, _ := paddedEvent(t, 300<<10) // oversized for the envelope, dead-lettered
+	e.kafka.Produce(t, e.topic, big)
+	e.waitCaughtUp(t, 30*time.Second)
+	got := readAll(t, e.kafka.Brokers(), dlq, 0, 2, 20*time.Second)
+	if len(got) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(got))
+	}
+	if m := got[1]; !bytes.Equal(m.Value, big.Value) {
+		t.Fatalf("the 300 KiB dead letter has %d value bytes (dropped %q), want its %d", len(m.Value), header(m, consumer.HeaderDLQValueDropped), len(big.Value))
+	}
+	if v := metricValue(t, scrape(t, r.c), valuesDroppedMetric); v != 0 {
+		t.Fatalf("%s = %d, want 0", valuesDroppedMetric, v)
+	}
+}
+
+// alterTopic sets one configuration of a topic.
+func alterTopic(t testing.TB, k *consumertest.Kafka, topic, name, value string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(k.Brokers()...)}
+	resp, err := client.IncrementalAlterConfigs(ctx, &kafka.IncrementalAlterConfigsRequest{Resources: []kafka.IncrementalAlterConfigsRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic,
+		Configs: []kafka.IncrementalAlterConfigsRequestConfig{{Name: name, Value: value, ConfigOperation: kafka.ConfigOperationSet}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range resp.Resources {
+		if res.Error != nil {
+			t.Fatal(res.Error)
+		}
 	}
 }
 
