@@ -31,7 +31,7 @@ type Consumer struct {
 
 	mu      sync.Mutex
 	pool    *pgxpool.Pool
-	dlq     *kafka.Writer
+	dlq     *deadLetterWriter
 	running bool
 }
 

@@ -3,8 +3,11 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -26,25 +29,176 @@ const (
 	HeaderDLQEventID           = "dlq-event-id"           // the event id, when it was decoded
 	HeaderDLQAttempts          = "dlq-attempts"           // handler attempts (handler_failed only)
 	HeaderDLQTime              = "dlq-time"               // RFC 3339, when it was dead-lettered
-	HeaderDLQValueDropped      = "dlq-value-dropped"      // "true" if the broker refused the value as too large
+	HeaderDLQValueDropped      = "dlq-value-dropped"      // "true" if the record alone exceeds the dead-letter topic's max.message.bytes
 )
 
 const maxErrorHeader = 1024
 
-func newDeadLetterWriter(cfg Config, kc *kafkaClients) *kafka.Writer {
+// Dead-letter headers the runtime adds when a record can't go to the
+// dead-letter topic whole (see fitDeadLetter).
+const (
+	HeaderDLQValueSize            = "dlq-value-size"              // decimal: the dropped value's size in bytes
+	HeaderDLQKeyAndHeadersDropped = "dlq-key-and-headers-dropped" // "true" if the key and the original's own headers were dropped too
+)
+
+// DefaultDeadLetterMaxBytes is Kafka's default max.message.bytes, assumed for
+// the dead-letter topic while its own limit can't be read.
+const DefaultDeadLetterMaxBytes = 1048588
+
+// recordBatchOverhead is the size of a v2 record batch's header, which Kafka
+// counts against max.message.bytes along with the records.
+const recordBatchOverhead = 61
+
+// limitRereadInterval is how often a limit that could not be read (an
+// assumed one is in force) is asked for again.
+const limitRereadInterval = time.Minute
+
+// deadLetterWriter writes to the dead-letter topic in produce batches that
+// fit the topic's max.message.bytes. The limit is read from the cluster on
+// first use and again whenever the broker refuses a batch as too large (the
+// topic's configuration may have changed); the kafka-go writer is rebuilt
+// when it changes, because its BatchBytes can't change under concurrent
+// writes.
+type deadLetterWriter struct {
+	cfg Config
+	kc  *kafkaClients
+
+	mu       sync.RWMutex  // shared by writes; exclusive to read the limit and swap w
+	w        *kafka.Writer // nil until the limit is known
+	limit    int           // the max.message.bytes w is sized for
+	verified bool          // limit was read from the cluster, not assumed
+	gen      uint64        // counts limit reads, so that concurrent refusals cause one read
+	readAt   time.Time     // the last read attempt
+	readErr  string        // the last read failure, logged when it changes
+	closed   bool
+}
+
+func newDeadLetterWriter(cfg Config, kc *kafkaClients) *deadLetterWriter {
+	return &deadLetterWriter{cfg: cfg, kc: kc}
+}
+
+// Close closes the kafka-go writer, if one was made.
+func (d *deadLetterWriter) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	if d.w == nil {
+		return nil
+	}
+	return d.w.Close()
+}
+
+// batchBytes is the writer's BatchBytes for a max.message.bytes limit. A
+// batch kafka-go sends is at most recordBatchOverhead plus the sum of its
+// records' recordSize, which is never less than their encoded size, so a
+// batch of at most batchBytes fits the limit.
+func batchBytes(limit int) int64 { return int64(limit) - recordBatchOverhead }
+
+func (d *deadLetterWriter) newWriter(limit int) *kafka.Writer {
 	return &kafka.Writer{
-		Addr:         kafka.TCP(cfg.Brokers...),
-		Topic:        cfg.DeadLetterTopic,
+		Addr:         kafka.TCP(d.cfg.Brokers...),
+		Topic:        d.cfg.DeadLetterTopic,
 		Balancer:     &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll, // the offset moves on only once the broker has it
 		BatchTimeout: time.Millisecond,
 		BatchSize:    100,
-		BatchBytes:   int64(max(cfg.Envelope.MaxBytes, 0)) + 2<<20,
+		BatchBytes:   batchBytes(limit),
 		MaxAttempts:  3,
 		WriteTimeout: 10 * time.Second,
 		ReadTimeout:  10 * time.Second,
-		Transport:    kc.transport,
+		Transport:    d.kc.transport,
 	}
+}
+
+// dlqState is a writer and the limit it is sized for, valid while the read
+// lock the caller got with it is held.
+type dlqState struct {
+	w        *kafka.Writer
+	limit    int
+	verified bool // limit was read, not assumed
+	gen      uint64
+}
+
+// deadLetterState returns the current writer with the read lock held (the
+// caller calls release). It reads the limit first if it is unknown, if an
+// assumed limit is due for a re-read, or if stale is the generation the
+// caller saw refused and nobody has read the limit since.
+func (c *Consumer) deadLetterState(ctx context.Context, stale uint64) (st dlqState, release func(), err error) {
+	d := c.dlq
+	needsRead := func() bool {
+		return d.w == nil || (stale != 0 && d.gen == stale) || (!d.verified && time.Since(d.readAt) >= limitRereadInterval)
+	}
+	for {
+		d.mu.RLock()
+		if d.closed {
+			d.mu.RUnlock()
+			return dlqState{}, nil, errors.New("dead-letter writer closed")
+		}
+		if !needsRead() {
+			return dlqState{w: d.w, limit: d.limit, verified: d.verified, gen: d.gen}, d.mu.RUnlock, nil
+		}
+		d.mu.RUnlock()
+		d.mu.Lock()
+		if !d.closed && needsRead() {
+			err = c.refreshDeadLetterLimit(ctx)
+		}
+		d.mu.Unlock()
+		if err != nil {
+			return dlqState{}, nil, err
+		}
+		stale = 0
+	}
+}
+
+// refreshDeadLetterLimit reads the dead-letter topic's max.message.bytes and
+// rebuilds the writer if it changed. A failed read keeps the limit in force.
+// Before any limit is known, a failure that may pass (the broker unreachable)
+// is returned, to be retried; one that won't (no DescribeConfigs permission,
+// say) makes the runtime assume Kafka's default, ask again after
+// limitRereadInterval, and let the broker judge each record the assumed
+// limit would strip (see writeDeadLetters). Called with c.dlq.mu held.
+func (c *Consumer) refreshDeadLetterLimit(ctx context.Context) error {
+	d := c.dlq
+	d.gen++
+	d.readAt = time.Now()
+	limit, source, err := c.readMaxMessageBytes(ctx, c.cfg.DeadLetterTopic)
+	if err != nil {
+		err = redactErr(err, c.secrets...)
+		if d.w == nil && !limitUnreadable(err) {
+			return fmt.Errorf("reading the dead-letter topic's max.message.bytes: %w", err)
+		}
+		limit = d.limit
+		if limit == 0 {
+			limit = DefaultDeadLetterMaxBytes
+		}
+		if err.Error() != d.readErr && ctx.Err() == nil {
+			c.log.Warn("cannot read the dead-letter topic's max.message.bytes; sizing dead-letter batches to an assumed limit",
+				"err", err, "deadLetterTopic", c.cfg.DeadLetterTopic, "assumedMaxMessageBytes", limit)
+		}
+		d.readErr, d.verified = err.Error(), false
+	} else {
+		d.readErr, d.verified = "", true
+	}
+	if d.w != nil && limit == d.limit {
+		return nil
+	}
+	if err == nil {
+		c.log.Info("dead-letter batches sized to the topic's limit", "deadLetterTopic", c.cfg.DeadLetterTopic,
+			"maxMessageBytes", limit, "source", source, "previous", d.limit)
+	}
+	if d.w != nil {
+		_ = d.w.Close() // no write is in flight: writes hold the read lock
+	}
+	d.w, d.limit = d.newWriter(limit), limit
+	return nil
+}
+
+// limitUnreadable reports a failure to read max.message.bytes that retrying
+// won't cure: the broker's refusal (authorization, an unsupported request)
+// or an answer without a usable value.
+func limitUnreadable(err error) bool {
+	var kerr kafka.Error
+	return errors.Is(err, errNoLimit) || (errors.As(err, &kerr) && !kerr.Temporary())
 }
 
 // deadLetterMessage builds the record written to the dead-letter topic.
@@ -56,13 +210,14 @@ func (c *Consumer) deadLetterMessage(it *item, now time.Time) kafka.Message {
 			headers = append(headers, h)
 		}
 	}
-	errText := it.errText
+	// Redact before truncating: a cut secret would no longer match.
+	errText := redactText(it.errText, c.secrets...)
 	if len(errText) > maxErrorHeader {
 		errText = errText[:maxErrorHeader]
 	}
 	add := func(k, v string) { headers = append(headers, kafka.Header{Key: k, Value: []byte(v)}) }
 	add(HeaderDLQReason, string(it.reason))
-	add(HeaderDLQError, redactText(errText, c.secrets...))
+	add(HeaderDLQError, errText)
 	add(HeaderDLQOriginalTopic, m.Topic)
 	add(HeaderDLQOriginalPartition, strconv.Itoa(m.Partition))
 	add(HeaderDLQOriginalOffset, strconv.FormatInt(m.Offset, 10))
@@ -77,32 +232,301 @@ func (c *Consumer) deadLetterMessage(it *item, now time.Time) kafka.Message {
 		add(HeaderDLQAttempts, strconv.Itoa(it.attempts))
 	}
 	add(HeaderDLQTime, now.UTC().Format(time.RFC3339Nano))
+	// Time stays zero (kafka-go stamps the write time): recordSize's bound on
+	// the encoded size relies on it.
 	return kafka.Message{Key: m.Key, Value: m.Value, Headers: headers}
 }
 
-// writeDeadLetters writes the records synchronously with acks=all. A record
-// the broker refuses as too large is written again without its value.
+// writeDeadLetters writes the records synchronously with acks=all, in
+// batches that fit the dead-letter topic's max.message.bytes. A record that
+// alone exceeds the limit is written without its value (fitDeadLetter); it
+// is logged and counted once the broker has it. The error it returns is one
+// to retry (the broker or the limit read failed): the caller holds the offset
+// and calls again with the same records.
 func (c *Consumer) writeDeadLetters(ctx context.Context, msgs []kafka.Message) error {
-	err := c.dlq.WriteMessages(ctx, msgs...)
-	if err == nil {
-		return nil
-	}
-	var werrs kafka.WriteErrors
-	if !errors.As(err, &werrs) || len(werrs) != len(msgs) {
+	st, release, err := c.deadLetterState(ctx, 0)
+	if err != nil {
 		return err
 	}
-	var retry []kafka.Message
+	if _, over := splitOversized(msgs, st.limit); len(over) > 0 && st.verified {
+		// Before a value is dropped, make sure the limit wasn't raised since
+		// it was read.
+		release()
+		if st, release, err = c.deadLetterState(ctx, st.gen); err != nil {
+			return err
+		}
+	}
+	var refused []kafka.Message
+	if !st.verified {
+		// The limit is assumed: let the broker judge the records it would
+		// strip, each on its own.
+		var whole []kafka.Message
+		msgs, whole = splitOversized(msgs, st.limit)
+		for _, m := range whole {
+			ok, err := c.writeWhole(ctx, m)
+			if err != nil {
+				release()
+				return err
+			}
+			if !ok {
+				refused = append(refused, m)
+			}
+		}
+	}
+	r, err := c.writeFitted(ctx, st, msgs)
+	release()
+	if err != nil {
+		return err
+	}
+	if refused = append(refused, r...); len(refused) == 0 {
+		return nil
+	}
+	// The broker refused batches sized to the limit we know: the topic's
+	// limit may have been lowered. Read it again and resend what it refused.
+	prev := st.limit
+	st, release, err = c.deadLetterState(ctx, st.gen)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if st.limit < prev {
+		if refused, err = c.writeFitted(ctx, st, refused); err != nil || len(refused) == 0 {
+			return err
+		}
+	}
+	// Refused at the limit the cluster reports (or the assumed one): send
+	// each record alone, so that only a record the broker refuses by itself
+	// loses its value.
+	for _, m := range refused {
+		if err := c.writeAlone(ctx, st, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// splitOversized separates the records that alone exceed limit.
+func splitOversized(msgs []kafka.Message, limit int) (fit, over []kafka.Message) {
+	for _, m := range msgs {
+		if recordSize(m) > batchBytes(limit) {
+			over = append(over, m)
+		} else {
+			fit = append(fit, m)
+		}
+	}
+	return fit, over
+}
+
+// writeWhole writes m whole through a writer sized for it alone; ok is false
+// if the broker refuses it as too large.
+func (c *Consumer) writeWhole(ctx context.Context, m kafka.Message) (ok bool, err error) {
+	w := c.dlq.newWriter(int(recordSize(m)) + recordBatchOverhead)
+	defer w.Close()
+	err = w.WriteMessages(ctx, m)
+	var werrs kafka.WriteErrors
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &werrs) && len(werrs) == 1 && tooLarge(werrs[0]):
+		return false, nil
+	}
+	return false, localWriteError(err)
+}
+
+// writeFitted writes msgs fitted to st.limit and returns those the broker
+// refused as too large, or the error of any other failure.
+func (c *Consumer) writeFitted(ctx context.Context, st dlqState, msgs []kafka.Message) (refused []kafka.Message, err error) {
+	send := make([]kafka.Message, len(msgs))
+	for i := range msgs {
+		if send[i], err = c.fitDeadLetter(msgs[i], st.limit); err != nil {
+			return nil, err
+		}
+	}
+	err = st.w.WriteMessages(ctx, send...)
+	if err == nil {
+		c.reportDropped(send, st.limit)
+		return nil, nil
+	}
+	var werrs kafka.WriteErrors
+	if !errors.As(err, &werrs) || len(werrs) != len(send) {
+		return nil, localWriteError(err)
+	}
+	var failed error
 	for i, e := range werrs {
-		if e == nil {
+		switch {
+		case e == nil:
+			c.reportDropped(send[i:i+1], st.limit)
+		case tooLarge(e):
+			refused = append(refused, msgs[i])
+		case failed == nil:
+			failed = e
+		}
+	}
+	if failed != nil {
+		return nil, fmt.Errorf("writing %d dead letters: %w", len(send), failed)
+	}
+	return refused, nil
+}
+
+// writeAlone writes one record by itself, dropping its value, then its key
+// and original headers, as long as the broker refuses it as too large.
+func (c *Consumer) writeAlone(ctx context.Context, st dlqState, orig kafka.Message) error {
+	m, err := c.fitDeadLetter(orig, st.limit)
+	if err != nil {
+		return err
+	}
+	for {
+		err := st.w.WriteMessages(ctx, m)
+		if err == nil {
+			c.reportDropped([]kafka.Message{m}, st.limit)
+			return nil
+		}
+		var werrs kafka.WriteErrors
+		if !errors.As(err, &werrs) || len(werrs) != 1 {
+			return localWriteError(err)
+		}
+		if !tooLarge(werrs[0]) {
+			return fmt.Errorf("writing a dead letter: %w", werrs[0])
+		}
+		switch {
+		case headerValue(m, HeaderDLQValueDropped) == "":
+			m = withoutValue(orig)
+		case headerValue(m, HeaderDLQKeyAndHeadersDropped) == "":
+			m = withoutKeyAndHeaders(m)
+		default:
+			return fmt.Errorf("the dead-letter topic %s refuses a dead letter of %d bytes without key, value or original headers as too large (max.message.bytes read as %d): raise its max.message.bytes",
+				c.cfg.DeadLetterTopic, recordSize(m), st.limit)
+		}
+	}
+}
+
+// localWriteError explains an error kafka-go returned without sending, and
+// wraps any other; fitDeadLetter keeps every record within BatchBytes, so a
+// MessageTooLargeError would be a bug here, not the broker's answer.
+func localWriteError(err error) error {
+	var local kafka.MessageTooLargeError
+	if errors.As(err, &local) {
+		return fmt.Errorf("writing dead letters: kafka-go refused a %d-byte record before sending it (larger than the writer's BatchBytes): %w",
+			recordSize(local.Message), err)
+	}
+	return fmt.Errorf("writing dead letters: %w", err)
+}
+
+// tooLarge reports the broker refusing a batch for its size.
+func tooLarge(err error) bool {
+	return errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.RecordListTooLarge)
+}
+
+// fitDeadLetter returns m, or m without its value if m alone exceeds the
+// limit, or also without its key and original headers if that is not enough;
+// an error if even that does not fit. A record the source topic accepted may
+// exceed the dead-letter topic's limit (the source topic's may be larger);
+// it can't go to the dead-letter topic whole, and its original stays
+// readable from the source topic (the dlq-original-* headers say where) until
+// the source topic's retention removes it.
+func (c *Consumer) fitDeadLetter(m kafka.Message, limit int) (kafka.Message, error) {
+	maxSize := batchBytes(limit)
+	if recordSize(m) <= maxSize {
+		return m, nil
+	}
+	m = withoutValue(m)
+	if recordSize(m) <= maxSize {
+		return m, nil
+	}
+	m = withoutKeyAndHeaders(m)
+	if recordSize(m) <= maxSize {
+		return m, nil
+	}
+	return m, fmt.Errorf("a dead letter needs %d bytes without key, value or original headers, more than the dead-letter topic %s's max.message.bytes %d allows: raise it",
+		recordSize(m)+recordBatchOverhead, c.cfg.DeadLetterTopic, limit)
+}
+
+// withoutValue returns m without its value, marked with the headers
+// dlq-value-dropped and dlq-value-size.
+func withoutValue(m kafka.Message) kafka.Message {
+	size := len(m.Value)
+	m.Value = nil
+	m.Headers = append(slices.Clip(m.Headers),
+		kafka.Header{Key: HeaderDLQValueDropped, Value: []byte("true")},
+		kafka.Header{Key: HeaderDLQValueSize, Value: []byte(strconv.Itoa(size))})
+	return m
+}
+
+// withoutKeyAndHeaders returns m without its key and with only its dlq-
+// headers, marked with dlq-key-and-headers-dropped.
+func withoutKeyAndHeaders(m kafka.Message) kafka.Message {
+	m.Key = nil
+	var hs []kafka.Header
+	for _, h := range m.Headers {
+		if strings.HasPrefix(h.Key, DeadLetterHeaderPrefix) {
+			hs = append(hs, h)
+		}
+	}
+	m.Headers = append(hs, kafka.Header{Key: HeaderDLQKeyAndHeadersDropped, Value: []byte("true")})
+	return m
+}
+
+// reportDropped logs and counts the dead letters among msgs, which the broker
+// has acknowledged, that were written without their value.
+func (c *Consumer) reportDropped(msgs []kafka.Message, limit int) {
+	for i := range msgs {
+		m := &msgs[i]
+		if headerValue(*m, HeaderDLQValueDropped) == "" {
 			continue
 		}
-		m := msgs[i]
-		var tooLarge kafka.MessageTooLargeError
-		if errors.Is(e, kafka.MessageSizeTooLarge) || errors.As(e, &tooLarge) {
-			m.Value = nil
-			m.Headers = append(m.Headers, kafka.Header{Key: HeaderDLQValueDropped, Value: []byte("true")})
+		c.metrics.deadLetterValuesDropped.WithLabelValues(c.cfg.Topic).Inc()
+		attrs := []any{
+			"deadLetterTopic", c.cfg.DeadLetterTopic,
+			"partition", headerValue(*m, HeaderDLQOriginalPartition),
+			"offset", headerValue(*m, HeaderDLQOriginalOffset),
+			"reason", headerValue(*m, HeaderDLQReason),
+			"valueBytes", headerValue(*m, HeaderDLQValueSize),
+			"maxMessageBytes", limit,
 		}
-		retry = append(retry, m)
+		if id := headerValue(*m, HeaderDLQEventID); id != "" {
+			attrs = append(attrs, "eventId", id)
+		}
+		if headerValue(*m, HeaderDLQKeyAndHeadersDropped) != "" {
+			attrs = append(attrs, "keyAndHeadersDropped", true)
+		}
+		c.log.Error("dead letter written without its value: the record alone exceeds the dead-letter topic's max.message.bytes; the original stays in the source topic until its retention",
+			attrs...)
 	}
-	return c.dlq.WriteMessages(ctx, retry...)
+}
+
+// headerValue returns the last value of a header of m, or "".
+func headerValue(m kafka.Message, key string) string {
+	for i := len(m.Headers) - 1; i >= 0; i-- {
+		if m.Headers[i].Key == key {
+			return string(m.Headers[i].Value)
+		}
+	}
+	return ""
+}
+
+// recordSize is a record's size as kafka-go's writer counts it against
+// BatchBytes (Message.totalSize in kafka-go v0.4.51: a v1 message's fixed
+// fields, 4-byte key and value lengths, varint-framed headers). A record's
+// v2 encoding is no larger as long as its Time is zero, which dead letters'
+// is (their timestamp delta is then 0, one byte), and the batch has fewer
+// than 8192 records (offset deltas of at most two bytes): 9 bytes of
+// framing and two varint lengths of at most 5 bytes against 14 and two 4-byte
+// lengths. TestRecordSizeMatchesKafkaGo checks it against kafka-go.
+func recordSize(m kafka.Message) int64 {
+	n := 4 + 1 + 1 + 8 + 4 + len(m.Key) + 4 + len(m.Value) + varintLen(len(m.Headers))
+	for _, h := range m.Headers {
+		n += varintLen(len(h.Key)) + len(h.Key) + varintLen(len(h.Value)) + len(h.Value)
+	}
+	return int64(n)
+}
+
+// varintLen is the size of n as a zig-zag varint.
+func varintLen(n int) int {
+	u := uint64(n) << 1 // n >= 0
+	size := 1
+	for u >= 0x80 {
+		u >>= 7
+		size++
+	}
+	return size
 }

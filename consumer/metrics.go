@@ -26,6 +26,8 @@ type metrics struct {
 	ready         prometheus.Gauge       //
 	rebalances    prometheus.Counter     //
 	batches       *prometheus.CounterVec // topic
+
+	deadLetterValuesDropped *prometheus.CounterVec // topic
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -97,11 +99,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: MetricsNamespace, Name: "batches_total",
 			Help: "Batches committed.",
 		}, []string{"topic"}),
+		deadLetterValuesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "dead_letter_values_dropped_total",
+			Help: "Dead letters written without their value because the record alone exceeds the dead-letter topic's max.message.bytes.",
+		}, []string{"topic"}),
 	}
 	for _, c := range []prometheus.Collector{
 		m.processed, m.duplicates, m.deadLettered, m.skipped, m.outsideWindow, m.handlerErrors,
 		m.infraErrors, m.batchSize, m.txSeconds, m.commitSeconds, m.lag, m.committed, m.assigned,
-		m.ready, m.rebalances, m.batches,
+		m.ready, m.rebalances, m.batches, m.deadLetterValuesDropped,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -2,9 +2,11 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -52,6 +54,38 @@ func dsnPassword(dsn string) string {
 		return ""
 	}
 	return strings.Trim(m[2], "'")
+}
+
+// Redact replaces every occurrence of each secret (and of its URL-escaped
+// forms) in s; secrets shorter than 3 bytes are left alone. A sink uses it to
+// keep its credentials out of the errors it returns, which become log
+// attributes and dead-letter headers.
+func Redact(s string, secrets ...string) string { return redactText(s, secrets...) }
+
+// AddSecrets registers values to keep out of the Consumer's log, of the
+// errors it reports and of the dlq-error header, as it does with the
+// database and SASL passwords: a sink's credentials, for example (see
+// sink.HTTPConfig.Secrets). Call it before Run; it fails once Run has
+// started.
+func (c *Consumer) AddSecrets(secrets ...string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running {
+		return errors.New("consumer: AddSecrets called after Run")
+	}
+	var add []string
+	for _, s := range secrets {
+		if len(s) >= 3 && !slices.Contains(c.secrets, s) && !slices.Contains(add, s) {
+			add = append(add, s)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	c.secrets = append(slices.Clip(c.secrets), add...)
+	// The logger already redacts the earlier secrets; this layer adds the new ones.
+	c.log = slog.New(RedactingHandler(c.log.Handler(), add...))
+	return nil
 }
 
 // redactText replaces every occurrence of each secret (and its URL-escaped

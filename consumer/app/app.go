@@ -65,6 +65,12 @@ func run(ctx context.Context, opts Options, stderr io.Writer) int {
 		log.Error("invalid configuration", "err", configError(err))
 		return ExitConfig
 	}
+	// The runtime redacts its errors and dead-letter headers with its own
+	// list, which knows only the database and SASL passwords.
+	if err := c.AddSecrets(opts.Secrets...); err != nil {
+		log.Error("registering secrets", "err", err)
+		return ExitFailed
+	}
 
 	var srv *http.Server
 	if opts.ListenAddr != "" {

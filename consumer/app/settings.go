@@ -304,6 +304,7 @@ func build(v *values) (Options, error) {
 	if p := dsnPassword(c.DatabaseURL); p != "" {
 		o.Secrets = append(o.Secrets, p)
 	}
+	o.Secrets = append(o.Secrets, o.HTTP.Secrets()...) // the token and the URL's path and query tokens
 
 	// In the library zero means "the default"; here a zero is a mistake.
 	for _, p := range []struct {

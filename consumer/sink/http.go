@@ -3,12 +3,14 @@ package sink
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -20,7 +22,9 @@ import (
 
 // HTTPConfig configures the HTTP sink.
 type HTTPConfig struct {
-	// URL the event payload is POSTed to. Required, http or https.
+	// URL the event payload is POSTed to. Required, http or https. Its path
+	// and query may hold a token: messages show only its scheme and host
+	// (see Secrets).
 	URL string
 	// Timeout of one request; default 10s.
 	Timeout time.Duration
@@ -33,6 +37,74 @@ type HTTPConfig struct {
 
 // DefaultHTTPTimeout is the default request timeout.
 const DefaultHTTPTimeout = 10 * time.Second
+
+// Tokens in the URL shorter than these are not redacted one by one (the
+// whole path and query still are): shorter segments and values are names
+// ("services", "json") whose redaction would only garble the log.
+const (
+	minSecretPathSegment = 16
+	minSecretQueryValue  = 8
+)
+
+// Secrets returns the values of cfg to keep out of logs, errors and
+// dead-letter headers: the Authorization value and its credentials (the part
+// after the scheme; for Basic, the decoded user:password and the password),
+// the URL's password, its path and query, each query value of at least 8
+// bytes and each path segment of at least 16 (tokens such as a webhook's
+// secret segment). The sink redacts them from its own errors; register them
+// with consumer.Consumer.AddSecrets so the runtime does too.
+func (cfg HTTPConfig) Secrets() []string {
+	var out []string
+	add := func(s string) {
+		if len(s) >= 3 && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	if a := strings.TrimSpace(cfg.Authorization); a != "" {
+		add(a)
+		if scheme, cred, ok := strings.Cut(a, " "); ok {
+			cred = strings.TrimSpace(cred)
+			add(cred)
+			if strings.EqualFold(scheme, "basic") {
+				if dec, err := base64.StdEncoding.DecodeString(cred); err == nil {
+					add(string(dec))
+					if _, pw, ok := strings.Cut(string(dec), ":"); ok {
+						add(pw)
+					}
+				}
+			}
+		}
+	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return out
+	}
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			add(pw)
+		}
+	}
+	if p := u.EscapedPath(); p != "" && p != "/" {
+		add(p)
+		add(u.Path)
+		for _, seg := range strings.Split(u.Path, "/") {
+			if len(seg) >= minSecretPathSegment {
+				add(seg)
+			}
+		}
+	}
+	if u.RawQuery != "" {
+		add(u.RawQuery)
+		for _, vs := range u.Query() {
+			for _, v := range vs {
+				if len(v) >= minSecretQueryValue {
+					add(v)
+				}
+			}
+		}
+	}
+	return out
+}
 
 // HTTPError is a non-2xx answer.
 type HTTPError struct {
@@ -81,6 +153,10 @@ func HTTP(cfg HTTPConfig) (consumer.Handler, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	target := u.String()
+	// Errors name the endpoint without path or query, and lose any secret an
+	// answer echoes: they end up in logs and dead-letter headers.
+	shown := redactURL(target)
+	secrets := cfg.Secrets()
 	return func(ctx context.Context, _ pgx.Tx, ev *consumer.Event) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(ev.Payload))
 		if err != nil {
@@ -99,18 +175,25 @@ func HTTP(cfg HTTPConfig) (consumer.Handler, error) {
 		}
 		resp, err := client.Do(req)
 		if err != nil {
+			err = fmt.Errorf("POST %s: %w", shown, redactErr(unwrapURLError(err), secrets))
 			if notConnected(err) {
-				return consumer.Unavailable(fmt.Errorf("POST %s: %w", redactURL(target), unwrapURLError(err)))
+				return consumer.Unavailable(err)
 			}
-			return fmt.Errorf("POST %s: %w", redactURL(target), unwrapURLError(err))
+			return err
 		}
 		defer resp.Body.Close()
-		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		// Read past the 256 bytes kept, so that a secret the answer echoes
+		// across the cut is still redacted whole.
+		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			return nil
 		}
-		herr := &HTTPError{StatusCode: resp.StatusCode, Body: strings.TrimSpace(string(snippet))}
+		body := consumer.Redact(strings.TrimSpace(string(snippet)), secrets...)
+		if len(body) > 256 {
+			body = body[:256]
+		}
+		herr := &HTTPError{StatusCode: resp.StatusCode, Body: body}
 		switch {
 		case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
 			return herr
@@ -143,14 +226,37 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// redactURL drops user info from a URL for messages.
+// redactURL shows a URL in messages as its scheme and host: user info, path
+// and query may hold tokens.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		return "<invalid URL>"
 	}
+	out := u.Scheme + "://" + u.Host
 	if u.User != nil {
-		u.User = url.User("xxxxx")
+		out = u.Scheme + "://xxxxx@" + u.Host
 	}
-	return u.String()
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		out += "/xxxxx"
+	}
+	return out
 }
+
+// redactErr returns err, or an error with the secrets replaced in its text
+// that still unwraps to err (for notConnected and errors.Is).
+func redactErr(err error, secrets []string) error {
+	text := consumer.Redact(err.Error(), secrets...)
+	if text == err.Error() {
+		return err
+	}
+	return &redactedError{text: text, err: err}
+}
+
+type redactedError struct {
+	text string
+	err  error
+}
+
+func (e *redactedError) Error() string { return e.text }
+func (e *redactedError) Unwrap() error { return e.err }
