@@ -277,10 +277,11 @@ func (w *worker) transact(items []item) error {
 // After every call it reads the transaction's state from the connection,
 // so that the event's effect commits with its dedup row, or neither does,
 // whatever the handler did: a handler that returned nil over a failed
-// statement (the transaction is aborted) has failed; one that ended the
-// transaction is poisoned and the transaction redone; a statement that
+// statement (the transaction is aborted) has failed; a statement that
 // aborted the transaction before the event's savepoint existed redoes it
-// in safe mode; a lost connection is the database's failure.
+// in safe mode; a lost connection is the database's failure. A handler
+// that ended the transaction, or left a query result open on its
+// connection, is poisoned and the transaction redone without it.
 func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoints) error {
 	c := w.c
 	if it.poison != "" {
@@ -313,16 +314,29 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 			}
 			return &infraError{fmt.Errorf("handler: %w", err)}
 		}
-		switch pc.TxStatus() {
-		case 'I':
-			// No transaction any more: whatever was committed stays, the
-			// rest is gone. Redo the transaction without this handler.
+		var ended error
+		if pc.IsBusy() {
+			// A result the handler left open holds the connection: no
+			// statement, not even the rollback, can run on it any more.
+			// Closing it ends the transaction on the server.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = pc.Close(cctx)
+			cancel()
+			ended = errResultOpen
+		} else if pc.TxStatus() == 'I' {
+			// Whatever was committed stays, the rest is gone.
+			ended = errTxEnded
+		}
+		if ended != nil {
+			// Redo the transaction without calling this handler again.
 			c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
-			text := errTxEnded.Error()
+			text := ended.Error()
 			if err != nil {
 				text += ": " + err.Error()
 			}
-			return &redoError{err: errTxEnded, poison: it, poisonText: redactText(text, c.secrets...)}
+			return &redoError{err: ended, poison: it, poisonText: redactText(text, c.secrets...)}
+		}
+		switch pc.TxStatus() {
 		case 'E':
 			if err == nil {
 				err = errAbortedTx

@@ -123,5 +123,10 @@ var errAbortedTx = errors.New("the handler returned nil, but a statement it ran 
 // itself (COMMIT or ROLLBACK sent as SQL).
 var errTxEnded = errors.New("the handler ended the batch transaction itself (COMMIT or ROLLBACK as SQL); the runtime owns it")
 
+// errResultOpen is the failure of a handler that returned with a query
+// result still open (pgx.Rows not closed, a batch not closed), which leaves
+// the connection unusable.
+var errResultOpen = errors.New("the handler returned with a query result still open (Rows or BatchResults not closed)")
+
 // errConnLost stands for a lost connection the handler did not report.
 var errConnLost = errors.New("the database connection was lost during the handler")

@@ -22,16 +22,6 @@ import (
 // handler_failed (dead-lettered, no effect, no dedup row) instead of
 // stalling the partition or undoing its neighbour.
 func TestEventFailureIsolated(t *testing.T) {
-	insertArgs := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
-		_, err := tx.Exec(ctx, `INSERT INTO effect (event_id, part, off) VALUES ($1, $2, $3)`, ev.ID, ev.Partition, ev.Offset)
-		return err
-	}
-	// insertLiteral writes its row through a statement without arguments,
-	// which pgx sends with the simple protocol.
-	insertLiteral := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
-		_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO effect (event_id, part, off) VALUES ('%s', %d, %d)`, ev.ID, ev.Partition, ev.Offset))
-		return err
-	}
 	cases := []struct {
 		name string
 		bad  consumer.Handler
@@ -51,7 +41,7 @@ func TestEventFailureIsolated(t *testing.T) {
 			// statement and returns nil; the transaction is aborted.
 			name: "swallowed database error",
 			bad: func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
-				if err := insertArgs(ctx, tx, ev); err != nil {
+				if err := effectWithArgs(ctx, tx, ev); err != nil {
 					return err
 				}
 				_, _ = tx.Exec(ctx, `INSERT INTO effect (event_id, part, off) VALUES (NULL, 0, 1)`)
@@ -78,10 +68,31 @@ func TestEventFailureIsolated(t *testing.T) {
 			},
 		},
 		{
+			// A data error is the event's fault, even if the handler calls
+			// it a dependency outage: retrying the batch can't fix it.
+			name: "constraint violation marked Unavailable",
+			bad: func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
+				_, err := tx.Exec(ctx, `INSERT INTO effect (event_id, part, off) VALUES (NULL, $1, $2)`, ev.Partition, ev.Offset)
+				return consumer.Unavailable(err)
+			},
+		},
+		{
+			// The handler returns with its rows unread and unclosed: the
+			// connection stays busy.
+			name: "query result left open",
+			bad: func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
+				if err := effectWithArgs(ctx, tx, ev); err != nil {
+					return err
+				}
+				_, err := tx.Query(ctx, `SELECT g FROM generate_series(1, 3) g`)
+				return err
+			},
+		},
+		{
 			// The handler ends the runtime's transaction with plain SQL.
 			name: "transaction ended by the handler",
 			bad: func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
-				if err := insertArgs(ctx, tx, ev); err != nil {
+				if err := effectWithArgs(ctx, tx, ev); err != nil {
 					return err
 				}
 				_, err := tx.Exec(ctx, `ROLLBACK`)
@@ -89,41 +100,81 @@ func TestEventFailureIsolated(t *testing.T) {
 			},
 		},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
-			e.dumpLogsOnFailure(t)
-			ids := []uuid.UUID{newID(t), newID(t), newID(t)}
-			var msgs []kafka.Message
-			for _, id := range ids {
-				msgs = append(msgs, event(id, 0, ""))
-			}
-			e.kafka.Produce(t, e.topic, msgs...)
-			h := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
-				switch ev.Offset {
-				case 0:
-					return insertArgs(ctx, tx, ev)
-				case 1:
-					return tc.bad(ctx, tx, ev)
-				default:
-					return insertLiteral(ctx, tx, ev)
-				}
-			}
-			e.start(e.config(func(c *consumer.Config) { c.HandlerMaxAttempts = 2 }), h)
-			e.waitCaughtUp(t, 30*time.Second)
-			assertOutcome(t, e, ids, []bool{true, false, true})
-			dl := readAll(t, e.kafka.Brokers(), e.dlq, 0, 1, 5*time.Second)
-			if len(dl) != 1 || header(dl[0], consumer.HeaderDLQOriginalOffset) != "1" ||
-				header(dl[0], consumer.HeaderDLQReason) != string(consumer.ReasonHandlerFailed) {
-				t.Fatalf("want one handler_failed dead letter, for offset 1; got %d", len(dl))
-			}
-		})
+	// Each case runs under pgx's default exec mode (a new statement is
+	// prepared before the pipeline is sent), under exec mode (nothing is
+	// prepared) and under the simple protocol (no pipelining at all).
+	for _, mode := range []string{"cache_statement", "exec", "simple_protocol"} {
+		for _, tc := range cases {
+			t.Run(mode+"/"+tc.name, func(t *testing.T) { runIsolationCase(t, mode, tc.bad) })
+		}
 	}
 }
 
-// assertOutcome checks, per id, that the event has one effect row and a dedup
+// effectWithArgs writes the event's effect row with a statement with arguments.
+func effectWithArgs(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
+	_, err := tx.Exec(ctx, `INSERT INTO effect (event_id, part, off) VALUES ($1, $2, $3)`, ev.ID, ev.Partition, ev.Offset)
+	return err
+}
+
+// effectLiteral writes the event's effect row with a statement without
+// arguments, which pgx sends with the simple protocol.
+func effectLiteral(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
+	_, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO effect (event_id, part, off) VALUES ('%s', %d, %d)`, ev.ID, ev.Partition, ev.Offset))
+	return err
+}
+
+// runIsolationCase runs three events in one batch, the middle one with bad as
+// handler, with pgx's default_query_exec_mode set to mode, and checks that
+// the outer two commit with their effect and the middle one is
+// dead-lettered with none.
+func runIsolationCase(t *testing.T, mode string, bad consumer.Handler) {
+	e := newEnv(t)
+	e.dumpLogsOnFailure(t)
+	ids := []uuid.UUID{newID(t), newID(t), newID(t)}
+	var msgs []kafka.Message
+	for _, id := range ids {
+		msgs = append(msgs, event(id, 0, ""))
+	}
+	e.kafka.Produce(t, e.topic, msgs...)
+	h := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
+		switch ev.Offset {
+		case 0:
+			return effectWithArgs(ctx, tx, ev)
+		case 1:
+			return bad(ctx, tx, ev)
+		default:
+			return effectLiteral(ctx, tx, ev)
+		}
+	}
+	e.start(e.config(func(c *consumer.Config) {
+		c.HandlerMaxAttempts = 2
+		c.DatabaseURL = dsnWithParam(t, e.dsn, "default_query_exec_mode", mode)
+	}), h)
+	e.waitCaughtUp(t, 30*time.Second)
+	assertEffectAndDedupRow(t, e, ids, []bool{true, false, true})
+	dl := readAll(t, e.kafka.Brokers(), e.dlq, 0, 1, 5*time.Second)
+	if len(dl) != 1 || header(dl[0], consumer.HeaderDLQOriginalOffset) != "1" ||
+		header(dl[0], consumer.HeaderDLQReason) != string(consumer.ReasonHandlerFailed) {
+		t.Fatalf("want one handler_failed dead letter, for offset 1; got %d", len(dl))
+	}
+}
+
+// dsnWithParam returns dsn with the query parameter k set to v.
+func dsnWithParam(t *testing.T, dsn, k, v string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// assertEffectAndDedupRow checks, per id, that the event has one effect row and a dedup
 // row when done[i], and neither otherwise.
-func assertOutcome(t *testing.T, e *env, ids []uuid.UUID, done []bool) {
+func assertEffectAndDedupRow(t *testing.T, e *env, ids []uuid.UUID, done []bool) {
 	t.Helper()
 	ctx := context.Background()
 	for i, id := range ids {
@@ -167,14 +218,9 @@ func TestServerTimeoutShrinksTransaction(t *testing.T) {
 			return ctx.Err()
 		}
 	}
-	u, err := url.Parse(e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("idle_in_transaction_session_timeout", "1000") // ms; sent as a startup parameter
-	u.RawQuery = q.Encode()
-	r := e.start(e.config(func(c *consumer.Config) { c.DatabaseURL = u.String() }), h)
+	// 1000 ms, sent as a startup parameter.
+	dsn := dsnWithParam(t, e.dsn, "idle_in_transaction_session_timeout", "1000")
+	r := e.start(e.config(func(c *consumer.Config) { c.DatabaseURL = dsn }), h)
 	e.waitCaughtUp(t, 30*time.Second)
 	if got := calls.Load(); got > 3*n {
 		t.Errorf("%d handler calls for %d events, want at most %d", got, n, 3*n)
