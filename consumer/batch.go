@@ -36,8 +36,9 @@ type item struct {
 	errText  string
 	attempts int
 	// poison is set when the event's handler ended the batch transaction
-	// itself: the transaction is redone without calling it again, and the
-	// event takes the handler_failed policy with this error text.
+	// itself or left a query result open on its connection: the
+	// transaction is redone without calling it again, and the event takes
+	// the handler_failed policy with this error text.
 	poison string
 }
 
@@ -336,8 +337,9 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 			}
 			return &redoError{err: ended, poison: it, poisonText: redactText(text, c.secrets...)}
 		}
-		switch pc.TxStatus() {
-		case 'E':
+		if pc.TxStatus() == 'E' {
+			// A statement failed: if the handler swallowed the error, it
+			// failed all the same.
 			if err == nil {
 				err = errAbortedTx
 			}
