@@ -77,8 +77,15 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	w.guard.safe = false
 	redos := 0
+	// split bounds the records per transaction for the rest of this batch
+	// after the server refused a COMMIT (0: no bound); see commitRefused.
+	split := 0
 	for done := 0; done < len(items); {
-		part := items[done : done+w.guard.size(len(items)-done)]
+		n := w.guard.size(len(items) - done)
+		if split > 0 && split < n {
+			n = split
+		}
+		part := items[done : done+n]
 		start := time.Now()
 		err := w.transact(part)
 		if err == nil {
@@ -88,6 +95,9 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
 			}
 			w.guard.committed(c.cfg.BatchSize)
+			if split > 0 {
+				split *= 2 // the refused record is behind us, or still ahead: either way, bisect
+			}
 			done += len(part)
 			redos = 0
 			bo.reset()
@@ -110,6 +120,21 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 		var ie *infraError
 		if !errors.As(err, &ie) {
 			return 0, err // errAbandoned or ErrStopped
+		}
+		if refused := commitRefused(err); refused != nil {
+			// A deferred constraint or trigger refused the COMMIT because
+			// of what some handler wrote: retrying the same transaction
+			// would fail forever. Split the transaction until the event is
+			// alone, then take it as that event's failure.
+			if len(part) > 1 {
+				split = len(part) / 2
+				w.log.Debug("the database refused the commit; splitting the transaction", "records", len(part), "err", redactErr(refused, c.secrets...))
+				continue
+			}
+			if it := &part[0]; it.state == stHandled && it.poison == "" {
+				it.poison = redactText("the database refused to commit the event's writes: "+refused.Error(), c.secrets...)
+				continue
+			}
 		}
 		timeout := isServerTimeout(err)
 		err = redactErr(err, c.secrets...)
@@ -265,7 +290,7 @@ func (w *worker) transact(items []item) error {
 	if err := tx.Commit(ctx); err != nil {
 		// If the commit did happen after all, the retry finds every id
 		// already recorded and runs no handler: the effect stays single.
-		return infra("committing: %w", err)
+		return infra("committing: %w", &commitError{err})
 	}
 	return nil
 }

@@ -77,6 +77,29 @@ type redoError struct {
 func (e *redoError) Error() string { return "transaction to be redone: " + e.err.Error() }
 func (e *redoError) Unwrap() error { return e.err }
 
+// commitError is a failed COMMIT of the batch transaction.
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
+
+// commitRefused returns the server's error if err is a COMMIT that the
+// server refused on the data: a deferred constraint (23) or a deferred
+// trigger's exception. Not a broken connection, a server shutdown, a
+// serialization failure or a timeout (see handlerInfra), and not a FATAL
+// error: those are the infrastructure's.
+func commitRefused(err error) error {
+	var ce *commitError
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(ce.err, &pgErr) || pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC" || handlerInfra(ce.err) {
+		return nil
+	}
+	return ce.err
+}
+
 // isServerTimeout reports whether err is the server ending a transaction
 // that ran or idled too long: idle_in_transaction_session_timeout (25P03)
 // or, from PostgreSQL 17, transaction_timeout (25P04). The server sends it

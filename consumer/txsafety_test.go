@@ -235,3 +235,54 @@ func TestServerTimeoutShrinksTransaction(t *testing.T) {
 	}
 	t.Logf("%d handler calls for %d events", calls.Load(), n)
 }
+
+// TestCommitRefusedByDeferredConstraint: a handler's write that breaks a
+// deferred foreign key passes its statement and fails only at COMMIT. The
+// runtime splits the transaction until the event is alone and dead-letters
+// it, instead of retrying the batch forever; its neighbours commit.
+func TestCommitRefusedByDeferredConstraint(t *testing.T) {
+	e := newEnv(t)
+	e.dumpLogsOnFailure(t)
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE parent (id int PRIMARY KEY);
+		INSERT INTO parent VALUES (1);
+		CREATE TABLE child (event_id uuid NOT NULL, parent_id int NOT NULL
+			REFERENCES parent DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatal(err)
+	}
+	ids := []uuid.UUID{newID(t), newID(t), newID(t), newID(t)}
+	var msgs []kafka.Message
+	for _, id := range ids {
+		msgs = append(msgs, event(id, 0, ""))
+	}
+	e.kafka.Produce(t, e.topic, msgs...)
+	h := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
+		parent := 1
+		if ev.Offset == 2 {
+			parent = 999 // no such parent: refused at COMMIT
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO child (event_id, parent_id) VALUES ($1, $2)`, ev.ID, parent)
+		return err
+	}
+	e.start(e.config(), h)
+	e.waitCaughtUp(t, 30*time.Second)
+	for i, id := range ids {
+		var rows, dedupRows int
+		if err := e.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM child WHERE event_id = $1),
+			(SELECT count(*) FROM processed_event WHERE event_id = $1)`, id).Scan(&rows, &dedupRows); err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		if i == 2 {
+			want = 0
+		}
+		if rows != want || dedupRows != want {
+			t.Errorf("event at offset %d: %d rows and %d dedup rows, want %d and %d", i, rows, dedupRows, want, want)
+		}
+	}
+	dl := readAll(t, e.kafka.Brokers(), e.dlq, 0, 1, 5*time.Second)
+	if len(dl) != 1 || header(dl[0], consumer.HeaderDLQOriginalOffset) != "2" ||
+		!strings.Contains(header(dl[0], consumer.HeaderDLQError), "23503") {
+		t.Fatalf("want one dead letter for offset 2 naming the foreign key violation; got %d", len(dl))
+	}
+}
