@@ -93,3 +93,27 @@ func TestTxGuard(t *testing.T) {
 		t.Fatalf("size(7) = %d with no limit", n)
 	}
 }
+
+func TestCommitRefused(t *testing.T) {
+	commit := func(sev, code string) error {
+		return &infraError{fmt.Errorf("committing: %w", &commitError{&pgconn.PgError{Severity: sev, Code: code}})}
+	}
+	tests := []struct {
+		name    string
+		err     error
+		refused bool
+	}{
+		{"deferred foreign key", commit("ERROR", "23503"), true},
+		{"deferred trigger exception", commit("ERROR", "P0001"), true},
+		{"serialization failure at commit", commit("ERROR", "40001"), false},
+		{"idle in transaction timeout", commit("FATAL", "25P03"), false},
+		{"admin shutdown", commit("FATAL", "57P01"), false},
+		{"connection lost", &infraError{fmt.Errorf("committing: %w", &commitError{errors.New("unexpected EOF")})}, false},
+		{"not a commit", &infraError{fmt.Errorf("recording event ids: %w", &pgconn.PgError{Severity: "ERROR", Code: "23505"})}, false},
+	}
+	for _, tt := range tests {
+		if got := commitRefused(tt.err) != nil; got != tt.refused {
+			t.Errorf("%s: commitRefused = %v, want %v", tt.name, got, tt.refused)
+		}
+	}
+}
