@@ -35,6 +35,11 @@ type item struct {
 	policy   Policy
 	errText  string
 	attempts int
+	// poison is set when the event's handler ended the batch transaction
+	// itself or left a query result open on its connection: the
+	// transaction is redone without calling it again, and the event takes
+	// the handler_failed policy with this error text.
+	poison string
 }
 
 // infraError marks a failure of the database (or of a dependency the handler
@@ -49,12 +54,16 @@ func infra(format string, err error) error {
 	return &infraError{fmt.Errorf(format, err)}
 }
 
-const savepoint = "idempotent_consumer_event"
-
 // process runs one batch to the point where its offset may be committed: the
 // database transaction has committed and every dead letter is acknowledged.
 // It returns the offset to commit (the last record's offset + 1), or
 // errAbandoned, or a fatal error (ErrStopped).
+//
+// The batch normally commits in one transaction. After the server ended a
+// transaction for running or idling too long (idle_in_transaction_session_timeout,
+// transaction_timeout), the records are committed in smaller transactions
+// (see txGuard), each recording its own ids; the offset still moves once,
+// after all of them.
 func (w *worker) process(batch []kafka.Message) (int64, error) {
 	c := w.c
 	items := make([]item, len(batch))
@@ -66,25 +75,92 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 	}
 
 	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
-	for {
+	w.guard.safe = false
+	redos := 0
+	// split bounds the records per transaction for the rest of this batch
+	// after the server refused a COMMIT (0: no bound); see commitRefused.
+	split := 0
+	for done := 0; done < len(items); {
+		n := w.guard.size(len(items) - done)
+		if split > 0 && split < n {
+			n = split
+		}
+		part := items[done : done+n]
 		start := time.Now()
-		err := w.transact(items)
+		err := w.transact(part)
 		if err == nil {
 			c.metrics.txSeconds.Observe(time.Since(start).Seconds())
 			c.health.dbSucceeded()
 			if d := c.health.ok(compDatabase); d > 0 {
 				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
 			}
-			break
+			w.guard.committed(c.cfg.BatchSize)
+			if split > 0 {
+				split *= 2 // the refused record is behind us, or still ahead: either way, bisect
+			}
+			done += len(part)
+			redos = 0
+			bo.reset()
+			continue
+		}
+		var re *redoError
+		if errors.As(err, &re) {
+			// Each redo either turns safe mode on or poisons another
+			// event, so it ends; the bound only guards against a bug.
+			if redos++; redos <= len(part)+1 {
+				w.guard.safe = true
+				if re.poison != nil {
+					re.poison.poison = re.poisonText
+				}
+				w.log.Debug("batch transaction given up; redoing it with a savepoint round trip per event", "err", redactErr(re.err, c.secrets...))
+				continue
+			}
+			err = &infraError{re}
 		}
 		var ie *infraError
 		if !errors.As(err, &ie) {
 			return 0, err // errAbandoned or ErrStopped
 		}
-		c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
+		if refused := commitRefused(err); refused != nil {
+			// A deferred constraint or trigger refused the COMMIT because
+			// of what some handler wrote: retrying the same transaction
+			// would fail forever. Split the transaction until the event is
+			// alone, then take it as that event's failure.
+			if len(part) > 1 {
+				split = len(part) / 2
+				w.log.Debug("the database refused the commit; splitting the transaction", "records", len(part), "err", redactErr(refused, c.secrets...))
+				continue
+			}
+			if it := &part[0]; it.state == stHandled && it.poison == "" {
+				it.poison = redactText("the database refused to commit the event's writes: "+refused.Error(), c.secrets...)
+				continue
+			}
+		}
+		timeout := isServerTimeout(err)
 		err = redactErr(err, c.secrets...)
+		if timeout && w.guard.shrink(len(part)) {
+			// Retrying the same transaction would run into the same timeout
+			// forever (and repeat every handler's external calls): commit
+			// fewer records per transaction instead.
+			c.metrics.txTimeouts.WithLabelValues(c.cfg.Topic).Inc()
+			if !w.guard.logged {
+				w.guard.logged = true
+				w.log.Warn("the database ended the batch transaction (server-side timeout); committing fewer records per transaction",
+					"err", err, "records", len(part), "limit", w.guard.limit)
+			} else {
+				w.log.Debug("server-side timeout again; records per transaction reduced", "records", len(part), "limit", w.guard.limit)
+			}
+			continue
+		}
+		c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
 		if c.health.fail(compDatabase, err) {
-			w.log.Warn("batch transaction failed; pausing and retrying", "err", err, "records", len(items))
+			msg := "batch transaction failed; pausing and retrying"
+			if timeout {
+				// One record's handler alone outlasts the server's timeout:
+				// nothing the runtime can split further.
+				msg = "the database ended a one-record transaction (server-side timeout): raise idle_in_transaction_session_timeout or transaction_timeout above the handler's duration; pausing and retrying"
+			}
+			w.log.Warn(msg, "err", err, "records", len(part))
 		} else {
 			w.log.Debug("batch transaction failed again", "err", err)
 		}
@@ -202,64 +278,114 @@ func (w *worker) transact(items []item) error {
 		}
 	}
 
-	spOpen := false
+	sps := newTxSavepoints(tx, w.guard.safe)
 	for i := range items {
 		if items[i].state != stPending {
 			continue
 		}
-		if err := w.handle(ctx, tx, &items[i], &spOpen); err != nil {
+		if err := w.handle(ctx, tx, &items[i], sps); err != nil {
 			return err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		// If the commit did happen after all, the retry finds every id
 		// already recorded and runs no handler: the effect stays single.
-		return infra("committing: %w", err)
+		return infra("committing: %w", &commitError{err})
 	}
 	return nil
 }
 
 // handle runs the handler for one event under a savepoint, with retries.
-// spOpen says whether an earlier event of this transaction left its savepoint
-// established (it is released when the next savepoint is opened, keeping the
-// subtransaction nesting flat).
-func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, spOpen *bool) error {
+// sps says which savepoint an earlier event of this transaction left
+// established (it is released when this event's savepoint is opened,
+// keeping the subtransaction nesting flat).
+//
+// After every call it reads the transaction's state from the connection,
+// so that the event's effect commits with its dedup row, or neither does,
+// whatever the handler did: a handler that returned nil over a failed
+// statement (the transaction is aborted) has failed; a statement that
+// aborted the transaction before the event's savepoint existed redoes it
+// in safe mode; a lost connection is the database's failure. A handler
+// that ended the transaction, or left a query result open on its
+// connection, is poisoned and the transaction redone without it.
+func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoints) error {
 	c := w.c
-	et := &eventTx{tx: tx, pending: []string{"SAVEPOINT " + savepoint}}
-	if *spOpen {
-		et.pending = []string{"RELEASE SAVEPOINT " + savepoint, "SAVEPOINT " + savepoint}
+	if it.poison != "" {
+		it.attempts, it.errText = 1, it.poison
+		return w.handlerFailed(ctx, tx, it)
 	}
-	defer func() {
-		et.done = true
-		*spOpen = *spOpen || et.opened
-	}()
+	et := newEventTx(tx, sps)
+	defer func() { et.done = true }()
 
 	hctx := ContextWithEvent(ctx, &it.ev)
 	if it.hasTrace {
 		hctx = ContextWithTrace(hctx, it.trace)
 	}
+	pc := tx.Conn().PgConn()
 	bo := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
 	for attempt := 1; ; attempt++ {
 		err := w.call(hctx, et, &it.ev)
+		if ctx.Err() != nil {
+			return errAbandoned
+		}
 		if et.failed != nil {
 			return &infraError{fmt.Errorf("opening the event's savepoint: %w", et.failed)}
+		}
+		if et.redo != nil {
+			return &redoError{err: fmt.Errorf("the handler's statement broke the transaction before the event's savepoint was established: %w", et.redo)}
+		}
+		if pc.IsClosed() {
+			if err == nil {
+				err = errConnLost
+			}
+			return &infraError{fmt.Errorf("handler: %w", err)}
+		}
+		var ended error
+		if pc.IsBusy() {
+			// A result the handler left open holds the connection: no
+			// statement, not even the rollback, can run on it any more.
+			// Closing it ends the transaction on the server.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = pc.Close(cctx)
+			cancel()
+			ended = errResultOpen
+		} else if pc.TxStatus() == 'I' {
+			// Whatever was committed stays, the rest is gone.
+			ended = errTxEnded
+		}
+		if ended != nil {
+			// Redo the transaction without calling this handler again.
+			c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
+			text := ended.Error()
+			if err != nil {
+				text += ": " + err.Error()
+			}
+			return &redoError{err: ended, poison: it, poisonText: redactText(text, c.secrets...)}
+		}
+		if pc.TxStatus() == 'E' {
+			// A statement failed: if the handler swallowed the error, it
+			// failed all the same.
+			if err == nil {
+				err = errAbortedTx
+			}
+			if !et.opened {
+				// Nothing of this event can be rolled back alone.
+				return &redoError{err: fmt.Errorf("the transaction is aborted and the event's savepoint was never established: %w", err)}
+			}
 		}
 		if err == nil {
 			it.state = stHandled
 			return nil
 		}
 		c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
-		if IsUnavailable(err) {
+		if handlerInfra(err) {
 			return &infraError{fmt.Errorf("handler: %w", err)}
 		}
 		if et.opened {
-			if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); rbErr != nil {
+			if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+et.savepoint()); rbErr != nil {
 				// The connection or transaction is gone: not the event's fault.
 				return &infraError{fmt.Errorf("handler failed and rolling back to its savepoint failed: %w", errors.Join(err, rbErr))}
 			}
-		}
-		if ctx.Err() != nil {
-			return errAbandoned
 		}
 		it.attempts = attempt
 		it.errText = redactText(err.Error(), c.secrets...)

@@ -52,6 +52,11 @@ func (e *Event) Header(key string) ([]byte, bool) {
 // Handler applies one new event. Everything it writes through tx commits
 // atomically with the event's dedup row; it must not commit or roll back tx.
 // It runs under a savepoint: an error undoes only this event's writes.
+// A statement that failed makes the event fail even if the handler swallows
+// the error and returns nil, and so does an argument pgx can't encode (both
+// are the event's failure, never a database outage). A handler that ends the
+// transaction with SQL (COMMIT, ROLLBACK) or returns with a result still open
+// (Rows, BatchResults) fails at once with reason handler_failed.
 //
 // An error is retried (HandlerMaxAttempts, exponential backoff), then the
 // event is dead-lettered. Wrap it with Permanent to dead-letter at once, or

@@ -17,6 +17,7 @@ type metrics struct {
 	outsideWindow *prometheus.CounterVec // topic
 	handlerErrors *prometheus.CounterVec // topic
 	infraErrors   *prometheus.CounterVec // component
+	txTimeouts    *prometheus.CounterVec // topic
 	batchSize     prometheus.Histogram   //
 	txSeconds     prometheus.Histogram   //
 	commitSeconds prometheus.Histogram   //
@@ -60,6 +61,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: MetricsNamespace, Name: "infrastructure_errors_total",
 			Help: "Database or broker failures that paused processing, by component.",
 		}, []string{"component"}),
+		txTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "transaction_timeouts_total",
+			Help: "Batch transactions the server ended with idle_in_transaction_session_timeout or transaction_timeout; each halves the records per transaction.",
+		}, []string{"topic"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: MetricsNamespace, Name: "batch_size",
 			Help:    "Records per processed batch.",
@@ -106,7 +111,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.processed, m.duplicates, m.deadLettered, m.skipped, m.outsideWindow, m.handlerErrors,
-		m.infraErrors, m.batchSize, m.txSeconds, m.commitSeconds, m.lag, m.committed, m.assigned,
+		m.infraErrors, m.txTimeouts, m.batchSize, m.txSeconds, m.commitSeconds, m.lag, m.committed, m.assigned,
 		m.ready, m.rebalances, m.batches, m.deadLetterValuesDropped,
 	} {
 		if err := reg.Register(c); err != nil {

@@ -25,6 +25,7 @@ type worker struct {
 	log       *slog.Logger
 	inserter  *dedup.Inserter
 	reader    *kafka.Reader
+	guard     txGuard // batch-transaction safety nets (txguard.go)
 }
 
 // errAbandoned means a batch was given up uncommitted because the generation
