@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -142,6 +143,13 @@ func TestFailover(t *testing.T) {
 		want, atRisk, lost, dups, rewinds)
 	t.Log(res)
 	fmt.Println(res)
+	// The asynchronous standby was reported at start-up.
+	if n := metricValue(t, scrape(t, r.c), `idempotent_consumer_database_durability_risk{reason="AsynchronousStandby"}`); n != 1 {
+		t.Errorf("database_durability_risk{reason=AsynchronousStandby} = %d, want 1", n)
+	}
+	if !strings.Contains(e.logBuf.String(), "reason=AsynchronousStandby") {
+		t.Error("no log record reporting the asynchronous standby")
+	}
 	if atRisk <= 0 {
 		t.Fatalf("the failover lost no commits (%d on the standby, %d on the primary): the test did not test anything", atDetach, onPrimary)
 	}

@@ -124,3 +124,12 @@ func (d Durability) Risks() []Risk {
 	}
 	return out
 }
+
+// Durability is ReadDurability over the engine's pool, under its statement
+// bound: for the operator's status. synchronous_commit is then the operator's
+// role's; a consumer whose role sets another reports its own at start-up.
+func (e *Engine) Durability(ctx context.Context) (Durability, error) {
+	ctx, cancel := e.bounded(ctx)
+	defer cancel()
+	return ReadDurability(ctx, e.pool)
+}

@@ -216,6 +216,13 @@ func TestDurability(t *testing.T) {
 		return Durability{}
 	}
 	d = waitStandbys("async")
+	eng, err := NewEngine(pool, Table{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ed, err := eng.Durability(ctx); err != nil || len(ed.Standbys) != 1 || len(ed.Risks()) != 1 {
+		t.Fatalf("Engine.Durability = %+v, %v; want the async standby", ed, err)
+	}
 	if r := d.Risks(); len(r) != 1 || r[0].Reason != RiskAsyncStandby || !strings.Contains(r[0].Message, "standby") {
 		t.Fatalf("async standby: risks %v, want one %s", r, RiskAsyncStandby)
 	}
