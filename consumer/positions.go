@@ -203,15 +203,25 @@ func (w *worker) behind(db int64, ok bool) error {
 // reports false when the worker should stop.
 func (w *worker) rewind(rw *rewindError) bool {
 	c := w.c
-	ctx, cancel := context.WithTimeout(w.genCtx, 30*time.Second)
-	first, _, err := w.logBounds(ctx)
-	cancel()
-	if err != nil {
-		// Without the log start the offset may be out of range, which the
-		// reader would retry forever: let the partition's next owner
-		// decide (it reads the database's position).
-		w.log.Warn("rewinding to the database's position: listing offsets failed; giving the partition up", "err", redactErr(err, c.secrets...))
-		return false
+	// The log start is needed first: an offset before it is out of range,
+	// which the reader would retry forever.
+	var first int64
+	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	for {
+		ctx, cancel := context.WithTimeout(w.genCtx, 30*time.Second)
+		f, _, err := w.logBounds(ctx)
+		cancel()
+		if err == nil {
+			first = f
+			break
+		}
+		c.metrics.infraErrors.WithLabelValues(compKafka).Inc()
+		if c.health.fail(compKafka, redactErr(err, c.secrets...)) {
+			w.log.Warn("rewinding to the database's position: listing offsets failed; retrying", "err", redactErr(err, c.secrets...))
+		}
+		if !w.pause(bo.next()) {
+			return false
+		}
 	}
 	c.metrics.rewinds.WithLabelValues(c.cfg.Topic).Inc()
 	w.log.Warn("the database's position is behind this worker's: it lost committed batches (e.g. a failover to an asynchronous standby); reprocessing from the database's position",
