@@ -198,30 +198,38 @@ DELETE FROM processed_event WHERE event_id IN (SELECT event_id FROM gone)`); err
 
 // TestIdlePartitionRewinds: a partition that gets no more records still
 // notices, within positionCheckInterval (10s), that the database lost its
-// last batches, and redoes them.
+// last batches (its position behind, or its row gone with everything since
+// the assignment), and redoes them.
 func TestIdlePartitionRewinds(t *testing.T) {
-	e := newEnv(t, withPartitions(2))
-	e.dumpLogsOnFailure(t)
-	ctx := context.Background()
-	ids := produceIDs(t, e, 40)
-	r := e.start(e.config(func(c *consumer.Config) { c.BatchSize = 5 }), nil)
-	e.waitCaughtUp(t, 30*time.Second)
-	if _, err := e.pool.Exec(ctx, `
+	for _, tc := range []struct{ name, lose string }{
+		{"position behind", `UPDATE processed_event_offsets SET next_offset = 10`},
+		{"row gone", `DELETE FROM processed_event_offsets`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, withPartitions(2))
+			e.dumpLogsOnFailure(t)
+			ctx := context.Background()
+			ids := produceIDs(t, e, 40)
+			r := e.start(e.config(func(c *consumer.Config) { c.BatchSize = 5 }), nil)
+			e.waitCaughtUp(t, 30*time.Second)
+			if _, err := e.pool.Exec(ctx, `
 WITH gone AS (DELETE FROM effect WHERE off >= 10 RETURNING event_id)
 DELETE FROM processed_event WHERE event_id IN (SELECT event_id FROM gone)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.pool.Exec(ctx, `UPDATE processed_event_offsets SET next_offset = 10`); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "the idle partitions to redo the lost records", func() (bool, string) {
-		n := e.effectsOf(t, ids)
-		return n == len(ids), fmt.Sprintf("%d of %d", n, len(ids))
-	})
-	if rows, distinct := e.effects(t); rows != len(ids) || distinct != len(ids) {
-		t.Fatalf("%d effect rows, %d distinct; want %d", rows, distinct, len(ids))
-	}
-	if n := metricValue(t, scrape(t, r.c), "idempotent_consumer_position_rewinds_total"); n != 2 {
-		t.Fatalf("position_rewinds_total = %d, want 2", n)
+				t.Fatal(err)
+			}
+			if _, err := e.pool.Exec(ctx, tc.lose); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 30*time.Second, "the idle partitions to redo the lost records", func() (bool, string) {
+				n := e.effectsOf(t, ids)
+				return n == len(ids), fmt.Sprintf("%d of %d", n, len(ids))
+			})
+			if rows, distinct := e.effects(t); rows != len(ids) || distinct != len(ids) {
+				t.Fatalf("%d effect rows, %d distinct; want %d", rows, distinct, len(ids))
+			}
+			if n := metricValue(t, scrape(t, r.c), "idempotent_consumer_position_rewinds_total"); n != 2 {
+				t.Fatalf("position_rewinds_total = %d, want 2", n)
+			}
+		})
 	}
 }
