@@ -119,7 +119,7 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 		}
 		var ie *infraError
 		if !errors.As(err, &ie) {
-			return 0, err // errAbandoned or ErrStopped
+			return 0, err // errAbandoned, ErrStopped or a *rewindError
 		}
 		if refused := commitRefused(err); refused != nil {
 			// A deferred constraint or trigger refused the COMMIT because
@@ -250,6 +250,13 @@ func (w *worker) transact(items []item) error {
 		return infra("beginning transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after Commit
+
+	// The partition's position commits with the batch; recorded first, so a
+	// database that lost earlier batches is found before any handler runs
+	// (positions.go).
+	if err := w.recordPosition(ctx, tx, items); err != nil {
+		return err
+	}
 
 	if len(ids) > 0 && !c.hooks.disableDedup {
 		res, err := w.inserter.Insert(ctx, tx, ids)

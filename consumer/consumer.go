@@ -28,6 +28,8 @@ type Consumer struct {
 	secrets  []string
 	hooks    hooks
 	inserter *dedup.Inserter
+	// positions is the group's positions table (positions.go).
+	positions *dedup.Positions
 
 	mu      sync.Mutex
 	pool    *pgxpool.Pool
@@ -96,6 +98,10 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	if err != nil {
 		return nil, cfgErr("Table", "%v", err)
 	}
+	c.positions, err = dedup.NewPositions(cfg.Table, cfg.Group)
+	if err != nil {
+		return nil, cfgErr("Table", "%v", err)
+	}
 	return c, nil
 }
 
@@ -158,7 +164,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	defer c.close()
 
-	if !c.setup(runCtx) {
+	if ok, err := c.setup(runCtx); err != nil {
+		return err
+	} else if !ok {
 		return c.result(runCtx)
 	}
 
@@ -285,22 +293,29 @@ func (c *Consumer) close() {
 	}
 }
 
-// setup waits until the database answers, the dedup table exists and both
-// topics exist, reporting not ready meanwhile. It returns false if ctx ended.
-func (c *Consumer) setup(ctx context.Context) bool {
+// setup waits until the database answers, the dedup table and its positions
+// table exist and both topics exist, reporting not ready meanwhile. It returns
+// false if ctx ended, and an error for a table of the other scope, which no
+// wait can fix.
+func (c *Consumer) setup(ctx context.Context) (bool, error) {
 	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	var lastLogged string
 	for {
 		err := c.checkDatabase(ctx)
+		var se *dedup.ScopeError
+		if errors.As(err, &se) {
+			return false, fmt.Errorf("consumer: %w", err)
+		}
 		if err == nil {
 			err = c.checkTopics(ctx, c.cfg.Topic, c.cfg.DeadLetterTopic)
 		}
 		if err == nil {
 			c.health.ok(compSetup)
-			return true
+			c.checkDurability(ctx)
+			return true, nil
 		}
 		if ctx.Err() != nil {
-			return false
+			return false, nil
 		}
 		err = redactErr(err, c.secrets...)
 		c.health.fail(compSetup, err)
@@ -309,7 +324,7 @@ func (c *Consumer) setup(ctx context.Context) bool {
 			lastLogged = err.Error()
 		}
 		if !sleep(ctx, bo.next()) {
-			return false
+			return false, nil
 		}
 	}
 }
@@ -327,7 +342,32 @@ func (c *Consumer) checkDatabase(ctx context.Context) error {
 	if !exists {
 		return fmt.Errorf("dedup table %s does not exist (the operator, or dedup.Engine.EnsureTable, creates it)", name)
 	}
-	return nil
+	if err := dedup.CheckScope(ctx, c.pool, c.cfg.Table); err != nil {
+		return err
+	}
+	return c.positions.Check(ctx, c.pool)
+}
+
+// checkDurability reports, in the log and the database_durability_risk
+// metric, the ways the database can lose acknowledged commits. The positions
+// table makes such a loss redone from Kafka while the topic holds the records.
+func (c *Consumer) checkDurability(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := dedup.ReadDurability(ctx, c.pool)
+	if err != nil {
+		c.log.Info("could not read the database's durability settings", "err", redactErr(err, c.secrets...))
+		return
+	}
+	risks := d.Risks()
+	for _, reason := range []string{dedup.RiskSynchronousCommitOff, dedup.RiskAsyncStandby} {
+		c.metrics.durabilityRisk.WithLabelValues(reason).Set(0)
+	}
+	for _, r := range risks {
+		c.metrics.durabilityRisk.WithLabelValues(r.Reason).Set(1)
+		c.log.Warn("the database can lose acknowledged commits; the positions table makes the consumer redo them from Kafka while the topic still holds the records",
+			"reason", r.Reason, "detail", r.Message)
+	}
 }
 
 // sleep waits d or until ctx is done; it reports whether d elapsed.

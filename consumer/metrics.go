@@ -29,6 +29,10 @@ type metrics struct {
 	batches       *prometheus.CounterVec // topic
 
 	deadLetterValuesDropped *prometheus.CounterVec // topic
+	// positions.go and the durability check
+	rewinds         *prometheus.CounterVec // topic
+	lostToRetention *prometheus.CounterVec // topic
+	durabilityRisk  *prometheus.GaugeVec   // reason
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -108,11 +112,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: MetricsNamespace, Name: "dead_letter_values_dropped_total",
 			Help: "Dead letters written without their value because the record alone exceeds the dead-letter topic's max.message.bytes.",
 		}, []string{"topic"}),
+		rewinds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "position_rewinds_total",
+			Help: "Partitions restarted from the database's position because it was behind the committed offset or this process's last batch: the database lost committed transactions (a failover to an asynchronous standby, a crash with synchronous_commit off).",
+		}, []string{"topic"}),
+		lostToRetention: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "records_lost_to_retention_total",
+			Help: "Records between the database's position and the start of the log when a partition went back to the database's position: deleted by the topic's retention before their effects were durable, so never processed.",
+		}, []string{"topic"}),
+		durabilityRisk: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: MetricsNamespace, Name: "database_durability_risk",
+			Help: "1 for each way the database can lose acknowledged commits, found at start-up: reason SynchronousCommitOff (a crash) or AsynchronousStandby (a failover); 0 otherwise.",
+		}, []string{"reason"}),
 	}
 	for _, c := range []prometheus.Collector{
 		m.processed, m.duplicates, m.deadLettered, m.skipped, m.outsideWindow, m.handlerErrors,
 		m.infraErrors, m.txTimeouts, m.batchSize, m.txSeconds, m.commitSeconds, m.lag, m.committed, m.assigned,
-		m.ready, m.rebalances, m.batches, m.deadLetterValuesDropped,
+		m.ready, m.rebalances, m.batches, m.deadLetterValuesDropped, m.rewinds, m.lostToRetention, m.durabilityRisk,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

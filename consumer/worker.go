@@ -26,6 +26,11 @@ type worker struct {
 	inserter  *dedup.Inserter
 	reader    *kafka.Reader
 	guard     txGuard // batch-transaction safety nets (txguard.go)
+	// assignStart is where this assignment started; dbPos is the position
+	// this worker last read from or recorded in the database (noPosition:
+	// none). See positions.go.
+	assignStart int64
+	dbPos       int64
 }
 
 // errAbandoned means a batch was given up uncommitted because the generation
@@ -55,20 +60,24 @@ func (w *worker) run(genCtx context.Context) {
 		ErrorLogger:    kafkaLogger{c.log, slog.LevelDebug},
 	})
 	defer w.reader.Close()
-	if err := w.reader.SetOffset(w.offset); err != nil {
-		w.log.Error("setting the start offset", "offset", w.offset, "err", err)
-		return
-	}
 	pl := partLabel(w.partition)
 	defer c.metrics.lag.DeleteLabelValues(c.cfg.Topic, pl)
 	defer c.metrics.committed.DeleteLabelValues(c.cfg.Topic, pl)
-	w.log.Debug("partition assigned", "offset", w.offset)
+	start, ok := w.start()
+	if !ok {
+		return
+	}
+	if err := w.reader.SetOffset(start); err != nil {
+		w.log.Error("setting the start offset", "offset", start, "err", err)
+		return
+	}
+	w.log.Debug("partition assigned", "committedOffset", w.offset, "offset", start)
 
 	fetchBackoff := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {
 		batch, err := w.collect()
 		if len(batch) == 0 {
-			if genCtx.Err() != nil || w.hardCtx.Err() != nil {
+			if genCtx.Err() != nil || w.hardCtx.Err() != nil || errors.Is(err, errAbandoned) {
 				return
 			}
 			if err != nil {
@@ -86,6 +95,16 @@ func (w *worker) run(genCtx context.Context) {
 		fetchBackoff.reset()
 		c.health.ok(compKafka)
 		next, err := w.process(batch)
+		var rw *rewindError
+		if errors.As(err, &rw) {
+			if !w.rewind(rw) {
+				return
+			}
+			continue
+		}
+		if err == nil {
+			w.dbPos = next
+		}
 		if err != nil {
 			if !errors.Is(err, errAbandoned) {
 				w.fatal(err)
@@ -103,11 +122,24 @@ func (w *worker) run(genCtx context.Context) {
 const maxBatchBytes = 16 << 20
 
 // collect fetches up to BatchSize records (and about maxBatchBytes): it waits for the first without a
-// limit, then at most BatchWait for the rest.
+// limit (checking the database's position every positionCheckInterval meanwhile), then at most
+// BatchWait for the rest.
 func (w *worker) collect() ([]kafka.Message, error) {
-	first, err := w.reader.FetchMessage(w.genCtx)
-	if err != nil {
-		return nil, err
+	var first kafka.Message
+	for {
+		ctx, cancel := context.WithTimeout(w.genCtx, positionCheckInterval)
+		m, err := w.reader.FetchMessage(ctx)
+		cancel()
+		if err == nil {
+			first = m
+			break
+		}
+		if w.genCtx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		if !w.idleCheck() {
+			return nil, errAbandoned
+		}
 	}
 	batch := make([]kafka.Message, 1, min(w.c.cfg.BatchSize, 1024))
 	batch[0] = first

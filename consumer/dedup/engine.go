@@ -200,6 +200,9 @@ func (e *Engine) Table() Table { return e.table }
 func (e *Engine) EnsureTable(ctx context.Context, owner string) error {
 	err := e.ensureTable(ctx, owner)
 	if err == nil {
+		err = e.ensurePositions(ctx) // positions.go; added to tables of older versions too
+	}
+	if err == nil {
 		e.setOwner(owner)
 	}
 	return err
@@ -859,6 +862,11 @@ func (e *Engine) DropTable(ctx context.Context, owner string) error {
 	if len(st.Foreign) > 0 {
 		return fmt.Errorf("dropping table %s: foreign partitions attached (%s); detach them first", e.table, strings.Join(st.Foreign, ", "))
 	}
+	// The positions go first: a run cut short after them leaves a table
+	// that EnsureTable completes again, never positions without a table.
+	if err := e.dropPositions(ctx, conn); err != nil {
+		return fmt.Errorf("dropping table %s: %w", e.table, err)
+	}
 	// One partition per statement, then the parent: dropping a table frees
 	// its files at commit, which takes time in proportion to their size, and
 	// each statement must fit in the statement timeout. A run cut short
@@ -924,6 +932,9 @@ type AdoptResult struct {
 // owner's maintenance stops working once its marker is gone.
 func (e *Engine) Adopt(ctx context.Context, owner, from string) (AdoptResult, error) {
 	res, err := e.adopt(ctx, owner, from)
+	if err == nil {
+		err = e.ensurePositions(ctx) // positions.go; it follows the dedup table's owner
+	}
 	if err == nil {
 		e.setOwner(owner)
 	}

@@ -1,0 +1,262 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+)
+
+// Positions in the database. Every batch transaction also records the
+// partition's next offset in the dedup table's positions table, so the
+// database itself says how far its effects go. Kafka's committed offset is
+// written after the transaction, and is ahead of the database when the
+// database lost committed transactions (a failover to an asynchronous
+// standby): a partition then restarts from the database's position and the
+// dedup rows absorb whatever did survive. Starting from the smaller of the two
+// positions is always safe; starting from the larger would skip records when
+// the database is behind, and would ignore an offset reset made in Kafka to
+// replay records.
+
+// positionCheckInterval is how long a partition waits for records before its
+// worker compares the database's position with the one it recorded last, so
+// a failover that lost the last batches of a quiet partition is noticed
+// without waiting for its next record.
+const positionCheckInterval = 10 * time.Second
+
+// noPosition is dbPos when the worker expects no row for its partition.
+const noPosition = -1
+
+// rewindError means the batch transaction found the partition's position in
+// the database behind the one this worker recorded: the database lost
+// committed transactions. The transaction is rolled back and the worker
+// restarts from the database's position.
+type rewindError struct {
+	to    int64 // where to restart
+	found bool  // the database had a position (else the row is gone)
+}
+
+func (e *rewindError) Error() string {
+	return fmt.Sprintf("the database's position is behind this worker's: restarting from offset %d", e.to)
+}
+
+// logBounds returns the partition's log start and end offsets.
+func (w *worker) logBounds(ctx context.Context) (first, end int64, err error) {
+	c := w.c
+	client := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Transport: c.kafka.transport, Timeout: 10 * time.Second}
+	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
+		c.cfg.Topic: {kafka.FirstOffsetOf(w.partition), kafka.LastOffsetOf(w.partition)},
+	}})
+	if err != nil {
+		return 0, 0, fmt.Errorf("listing offsets of partition %d: %w", w.partition, err)
+	}
+	for _, p := range resp.Topics[c.cfg.Topic] {
+		if p.Partition != w.partition {
+			continue
+		}
+		if p.Error != nil {
+			return 0, 0, fmt.Errorf("listing offsets of partition %d: %w", w.partition, p.Error)
+		}
+		return p.FirstOffset, p.LastOffset, nil
+	}
+	return 0, 0, fmt.Errorf("listing offsets of partition %d: no answer for it", w.partition)
+}
+
+// start decides where the newly assigned partition starts, before anything
+// is processed: Kafka's committed offset, or, when the group has none, the
+// StartOffset policy resolved to a real offset and committed at once (a
+// crash before the first batch, or a partition added later, would otherwise
+// make the next owner resolve "latest" again and skip what arrived
+// meanwhile); then the database's position instead when it is behind. A
+// partition without a database position gets one. It retries while the
+// generation lasts and reports false when the worker should stop.
+func (w *worker) start() (int64, bool) {
+	c := w.c
+	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	for {
+		start, commit, err := w.resolveStart()
+		if err == nil {
+			c.health.ok(compSetup)
+			w.assignStart = start
+			if commit && !w.commit(start, -1) {
+				return 0, false
+			}
+			return start, true
+		}
+		if w.genCtx.Err() != nil || w.hardCtx.Err() != nil {
+			return 0, false
+		}
+		c.metrics.infraErrors.WithLabelValues(compSetup).Inc()
+		err = redactErr(err, c.secrets...)
+		if c.health.fail(compSetup, err) {
+			w.log.Warn("deciding the partition's start offset failed; retrying", "err", err)
+		}
+		if !w.pause(bo.next()) {
+			return 0, false
+		}
+	}
+}
+
+// resolveStart is one attempt of start; commit says the start offset must be
+// committed to Kafka before processing (the group had none).
+func (w *worker) resolveStart() (start int64, commit bool, err error) {
+	c := w.c
+	ctx, cancel := context.WithTimeout(w.genCtx, 30*time.Second)
+	defer cancel()
+	start = w.offset
+	var first, end int64 = -1, -1
+	if start < 0 { // kafka.FirstOffset or kafka.LastOffset: no committed offset
+		if first, end, err = w.logBounds(ctx); err != nil {
+			return 0, false, err
+		}
+		commit = true
+		if start == kafka.LastOffset {
+			start = end
+		} else {
+			start = first
+		}
+		w.log.Info("no committed offset: starting from the StartOffset policy's offset", "startOffset", c.cfg.StartOffset, "offset", start)
+	}
+	w.dbPos = noPosition
+	if c.hooks.disableDedup {
+		return start, commit, nil
+	}
+	db, ok, err := c.positions.Read(ctx, c.pool, c.cfg.Topic, w.partition)
+	if err != nil {
+		return 0, false, err
+	}
+	switch {
+	case !ok:
+		// Record where this assignment starts, so that a failover that
+		// loses this partition's first batches finds it and goes back.
+		if _, _, err := c.positions.Record(ctx, c.pool, c.cfg.Topic, w.partition, start); err != nil {
+			return 0, false, err
+		}
+		w.dbPos = start
+	case db < start:
+		w.dbPos = db
+		if first < 0 {
+			if first, _, err = w.logBounds(ctx); err != nil {
+				return 0, false, err
+			}
+		}
+		c.metrics.rewinds.WithLabelValues(c.cfg.Topic).Inc()
+		w.log.Warn("the database's position is behind the committed offset: starting from the database's (it lost committed batches, e.g. in a failover to an asynchronous standby; the dedup rows absorb what survived)",
+			"committedOffset", start, "databasePosition", db)
+		start = w.clampToLog(db, first)
+	default:
+		// The database may be ahead: a crash between the transaction and
+		// the offset commit, or offsets reset in Kafka to replay. Kafka's
+		// offset is then the safe one.
+		w.dbPos = db
+	}
+	return start, commit, nil
+}
+
+// clampToLog returns off, or the log start when off is before it: the records
+// in between were deleted by the topic's retention before their effects were
+// durable in the database, and nothing can redeliver them.
+func (w *worker) clampToLog(off, first int64) int64 {
+	if off >= first {
+		return off
+	}
+	w.c.metrics.lostToRetention.WithLabelValues(w.c.cfg.Topic).Add(float64(first - off))
+	w.log.Error("records lost: the database's position is before the start of the log; the records in between were deleted by the topic's retention before their effects were durable",
+		"databasePosition", off, "logStart", first, "records", first-off)
+	return first
+}
+
+// recordPosition records the batch's next offset in tx (one statement, in the
+// batch transaction) and checks the position it replaces: behind the one this
+// worker recorded last means the database lost committed transactions, and
+// the batch must not commit on top of the gap (*rewindError).
+func (w *worker) recordPosition(ctx context.Context, tx pgx.Tx, items []item) error {
+	c := w.c
+	if c.hooks.disableDedup || len(items) == 0 {
+		return nil
+	}
+	next := items[len(items)-1].msg.Offset + 1
+	prev, ok, err := c.positions.Record(ctx, tx, c.cfg.Topic, w.partition, next)
+	if err != nil {
+		return infra("recording the partition's position: %w", err)
+	}
+	return w.behind(prev, ok)
+}
+
+// behind compares the database's position (ok false: no row) with dbPos.
+func (w *worker) behind(db int64, ok bool) error {
+	switch {
+	case ok && db < w.dbPos:
+		return &rewindError{to: db, found: true}
+	case !ok && w.dbPos != noPosition:
+		// The row itself is gone, with everything since this assignment
+		// created or read it.
+		return &rewindError{to: w.assignStart}
+	}
+	return nil
+}
+
+// rewind restarts the partition's reader at rw.to (or the log start). It
+// reports false when the worker should stop.
+func (w *worker) rewind(rw *rewindError) bool {
+	c := w.c
+	// The log start is needed first: an offset before it is out of range,
+	// which the reader would retry forever.
+	var first int64
+	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	for {
+		ctx, cancel := context.WithTimeout(w.genCtx, 30*time.Second)
+		f, _, err := w.logBounds(ctx)
+		cancel()
+		if err == nil {
+			first = f
+			break
+		}
+		c.metrics.infraErrors.WithLabelValues(compKafka).Inc()
+		if c.health.fail(compKafka, redactErr(err, c.secrets...)) {
+			w.log.Warn("rewinding to the database's position: listing offsets failed; retrying", "err", redactErr(err, c.secrets...))
+		}
+		if !w.pause(bo.next()) {
+			return false
+		}
+	}
+	c.metrics.rewinds.WithLabelValues(c.cfg.Topic).Inc()
+	w.log.Warn("the database's position is behind this worker's: it lost committed batches (e.g. a failover to an asynchronous standby); reprocessing from the database's position",
+		"databasePosition", rw.to, "recorded", w.dbPos, "rowFound", rw.found)
+	to := w.clampToLog(rw.to, first)
+	if err := w.reader.SetOffset(to); err != nil {
+		w.log.Error("rewinding the reader", "offset", to, "err", err)
+		return false
+	}
+	if rw.found {
+		w.dbPos = rw.to
+	} else {
+		w.dbPos = noPosition
+	}
+	return true
+}
+
+// idleCheck compares the database's position with dbPos while the partition
+// is quiet, and rewinds when it is behind. It reports false when the worker
+// should stop. A database error is left to the next batch to report.
+func (w *worker) idleCheck() bool {
+	c := w.c
+	if c.hooks.disableDedup {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(w.genCtx, 10*time.Second)
+	db, ok, err := c.positions.Read(ctx, c.pool, c.cfg.Topic, w.partition)
+	cancel()
+	if err != nil {
+		w.log.Debug("checking the partition's position while idle", "err", redactErr(err, c.secrets...))
+		return true
+	}
+	var rw *rewindError
+	if errors.As(w.behind(db, ok), &rw) {
+		return w.rewind(rw)
+	}
+	return true
+}
