@@ -290,6 +290,11 @@ func (batch *Batch) readMessage(
 				// jump past the saved lastOffset.
 				batch.offset = batch.lastOffset + 1
 			}
+			// Resume past the control batches and aborted transactions
+			// hidden at the end of the response.
+			if batch.msgs.skippedTo > batch.offset {
+				batch.offset = batch.msgs.skippedTo
+			}
 		}
 	default:
 		// Since io.EOF is used by the batch to indicate that there is are

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"sort"
 )
 
 type readBytesFunc func(*bufio.Reader, int, int) (int, error)
@@ -23,6 +24,15 @@ type messageSetReader struct {
 	lengthRemain int
 
 	decompressed *bytes.Buffer
+
+	// aborted holds the response's aborted transactions when the fetch was
+	// made at ReadCommitted; nil at ReadUncommitted.
+	aborted abortedTxns
+	// skippedTo is one past the last offset of the batches hidden so far
+	// (control batches; at ReadCommitted also aborted ones), 0 if none. The
+	// Batch resumes there when nothing visible follows them, so that a fetch
+	// ending in hidden batches does not fetch them again and again.
+	skippedTo int64
 }
 
 type readerStack struct {
@@ -128,6 +138,14 @@ func (r *messageSetReader) readMessage(min int64, key readBytesFunc, val readByt
 	}
 	if err = r.readHeader(); err != nil {
 		return
+	}
+	for r.header.magic == 2 && r.count == int(r.header.v2.count) && r.hideBatch() {
+		if err = r.skipBatch(); err != nil {
+			return
+		}
+		if err = r.readHeader(); err != nil {
+			return
+		}
 	}
 	switch r.header.magic {
 	case 0, 1:
@@ -336,6 +354,94 @@ func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readByt
 	r.lengthRemain -= int(length) + lengthOfLength
 	r.markRead()
 	return
+}
+
+// Record batch attribute bits (KIP-98).
+const (
+	transactionalBatch = 1 << 4
+	controlBatch       = 1 << 5
+)
+
+// hideBatch reports whether the v2 record batch whose header was just read
+// must not be returned. Control batches (transaction commit and abort
+// markers) never are: they are not messages. At ReadCommitted neither are the
+// batches of aborted transactions, which the broker lists in the fetch
+// response for the client to filter (as the Java client's CompletedFetch
+// does).
+func (r *messageSetReader) hideBatch() bool {
+	h := r.header.v2
+	control := h.attributes&controlBatch != 0
+	if r.aborted != nil && h.attributes&transactionalBatch != 0 &&
+		r.aborted.aborted(h.producerID, r.header.firstOffset, control) {
+		return true
+	}
+	return control
+}
+
+// skipBatch discards the rest of the record batch whose header was just read
+// and records its offsets as consumed. A batch cut short by the end of the
+// response is hidden as a whole all the same (its header says which offsets
+// it spans); errShortRead then ends the response.
+func (r *messageSetReader) skipBatch() error {
+	end := r.header.firstOffset + int64(r.header.v2.lastOffsetDelta) + 1
+	n := int(r.header.length) - 49 // the bytes of the batch after its header
+	if n < 0 {
+		return fmt.Errorf("batch length %d is shorter than a batch header", r.header.length)
+	}
+	short := n > r.remain
+	if short {
+		n = r.remain
+	}
+	if err := r.discardN(n); err != nil {
+		return err
+	}
+	r.count = 0
+	r.lengthRemain = 0
+	if end > r.skippedTo {
+		r.skippedTo = end
+	}
+	if short {
+		return errShortRead
+	}
+	return nil
+}
+
+// abortedTransaction is an entry of a fetch response's aborted transactions.
+type abortedTransaction struct {
+	ProducerID  int64
+	FirstOffset int64
+}
+
+// abortedTxns maps a producer id to the first offsets of its aborted
+// transactions in a fetch response, in ascending order.
+type abortedTxns map[int64][]int64
+
+func newAbortedTxns(list []abortedTransaction) abortedTxns {
+	a := make(abortedTxns, len(list))
+	for _, t := range list {
+		a[t.ProducerID] = append(a[t.ProducerID], t.FirstOffset)
+	}
+	for _, offsets := range a {
+		sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
+	}
+	return a
+}
+
+// aborted reports whether a transactional batch of producer pid starting at
+// baseOffset belongs to an aborted transaction. A producer has at most one
+// transaction open on a partition, so its batches from the first offset of
+// its earliest listed aborted transaction up to that transaction's end are
+// aborted, and the first control batch among them is the abort marker, which
+// ends it: later batches are checked against the next listed transaction.
+func (a abortedTxns) aborted(pid, baseOffset int64, control bool) bool {
+	offsets := a[pid]
+	if len(offsets) == 0 || baseOffset < offsets[0] {
+		return false
+	}
+	if control {
+		a[pid] = offsets[1:]
+	}
+	return true
 }
 
 func (r *messageSetReader) discardBytes() (err error) {

@@ -715,7 +715,7 @@ type readerHelper struct {
 
 func newReaderHelper(t *testing.T, bs []byte) (r *readerHelper, err error) {
 	bufReader := bufio.NewReader(bytes.NewReader(bs))
-	_, _, remain, err := readFetchResponseHeaderV10(bufReader, len(bs))
+	_, _, remain, _, err := readFetchResponseHeaderV10(bufReader, len(bs))
 	require.NoError(t, err)
 	var msgs *messageSetReader
 	msgs, err = newMessageSetReader(bufReader, remain)
