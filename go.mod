@@ -142,3 +142,8 @@ require (
 )
 
 tool sigs.k8s.io/controller-tools/cmd/controller-gen
+
+// kafka-go v0.4.51 returns the records of aborted transactions at
+// ReadCommitted and hands out transaction markers as messages
+// (segmentio/kafka-go#1332); third_party/kafka-go/PATCH.md has the fix.
+replace github.com/segmentio/kafka-go => ./third_party/kafka-go

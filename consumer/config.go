@@ -145,6 +145,9 @@ type Config struct {
 	// StartOffset is where a group without committed offsets starts:
 	// StartEarliest (default) or StartLatest.
 	StartOffset string
+	// Isolation is IsolationReadCommitted (default: records of aborted
+	// transactions are skipped) or IsolationReadUncommitted.
+	Isolation Isolation
 	// SessionTimeout, HeartbeatInterval and RebalanceTimeout of the group
 	// membership; defaults 10s, 3s, 30s.
 	SessionTimeout    time.Duration
@@ -225,6 +228,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StartOffset == "" {
 		c.StartOffset = StartEarliest
+	}
+	if c.Isolation == "" {
+		c.Isolation = IsolationReadCommitted
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = DefaultSessionTimeout
@@ -309,6 +315,11 @@ func (c Config) Validate() error {
 	case StartEarliest, StartLatest:
 	default:
 		return cfgErr("StartOffset", "%q is not %q or %q", c.StartOffset, StartEarliest, StartLatest)
+	}
+	switch c.Isolation {
+	case IsolationReadCommitted, IsolationReadUncommitted:
+	default:
+		return cfgErr("Isolation", "%q is not %s or %s", c.Isolation, IsolationReadCommitted, IsolationReadUncommitted)
 	}
 	if c.SessionTimeout < 100*time.Millisecond {
 		return cfgErr("SessionTimeout", "%v is below 100ms", c.SessionTimeout)
@@ -427,6 +438,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("topic", c.Topic),
 		slog.String("group", c.Group),
 		slog.String("deadLetterTopic", c.DeadLetterTopic),
+		slog.String("isolation", string(c.Isolation)),
 		slog.Bool("tls", c.TLS != nil),
 		slog.Any("sasl", c.SASL),
 		slog.String("database", RedactDSN(c.DatabaseURL)),

@@ -56,6 +56,7 @@ func (w *worker) run(genCtx context.Context) {
 		ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second,
 		MaxAttempts:    3,
+		IsolationLevel: c.cfg.Isolation.kafkaLevel(),
 		Logger:         kafkaLogger{c.log, slog.LevelDebug - 4},
 		ErrorLogger:    kafkaLogger{c.log, slog.LevelDebug},
 	})

@@ -35,6 +35,7 @@ var settings = []setting{
 	{ev.ClientID, consumer.DefaultClientID, "Kafka client id and PostgreSQL application_name"},
 	{ev.DeadLetterTopic, "", `dead-letter topic (default "<topic>.dlq"); must exist`},
 	{ev.StartOffset, consumer.StartEarliest, "where a group without committed offsets starts: earliest or latest"},
+	{ev.Isolation, string(consumer.IsolationReadCommitted), "ReadCommitted (skip records of aborted transactions) or ReadUncommitted"},
 	{ev.SessionTimeout, consumer.DefaultSessionTimeout.String(), "group session timeout"},
 	{ev.HeartbeatInterval, "", "group heartbeat interval (default min(3s, session timeout/3))"},
 	{ev.RebalanceTimeout, consumer.DefaultRebalanceTimeout.String(), "group rebalance timeout"},
@@ -205,6 +206,11 @@ func build(v *values) (Options, error) {
 	c.ClientID = v.str(ev.ClientID)
 	c.DeadLetterTopic = v.str(ev.DeadLetterTopic)
 	c.StartOffset = strings.ToLower(v.str(ev.StartOffset))
+	if iso, err := consumer.ParseIsolation(v.str(ev.Isolation)); err != nil {
+		v.fail(ev.Isolation, "%v", err)
+	} else {
+		c.Isolation = iso
+	}
 	c.SessionTimeout = v.duration(ev.SessionTimeout)
 	c.HeartbeatInterval = v.duration(ev.HeartbeatInterval)
 	c.RebalanceTimeout = v.duration(ev.RebalanceTimeout)
@@ -339,7 +345,7 @@ var policyVars = map[string]consumer.Reason{
 // configFields maps consumer.Config fields to the variable that sets them.
 var configFields = map[string]string{
 	"Brokers": ev.Brokers, "Topic": ev.Topic, "Group": ev.Group, "DeadLetterTopic": ev.DeadLetterTopic,
-	"StartOffset": ev.StartOffset, "SessionTimeout": ev.SessionTimeout, "HeartbeatInterval": ev.HeartbeatInterval,
+	"StartOffset": ev.StartOffset, "Isolation": ev.Isolation, "SessionTimeout": ev.SessionTimeout, "HeartbeatInterval": ev.HeartbeatInterval,
 	"RebalanceTimeout": ev.RebalanceTimeout, "SASL.Mechanism": ev.SASLMechanism, "SASL.Username": ev.SASLUsername,
 	"SASL.Password": ev.SASLPassword, "SASL": ev.SASLMechanism, "DatabaseURL": ev.DatabaseURL,
 	"DatabaseMaxConns": ev.DatabaseMaxConns, "Table": ev.TableName, "BatchSize": ev.BatchMaxMessages,

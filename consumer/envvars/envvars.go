@@ -16,6 +16,7 @@ const (
 	ClientID               = "CONSUMER_CLIENT_ID"         // Kafka client id; default "idempotent-consumer"
 	DeadLetterTopic        = "CONSUMER_DEAD_LETTER_TOPIC" // default "<topic>.dlq"
 	StartOffset            = "CONSUMER_START_OFFSET"      // earliest (default) or latest, for a group without offsets
+	Isolation              = "CONSUMER_ISOLATION"         // ReadCommitted (default) or ReadUncommitted
 	SessionTimeout         = "CONSUMER_SESSION_TIMEOUT"   // Go duration; default 10s
 	HeartbeatInterval      = "CONSUMER_HEARTBEAT_INTERVAL"
 	RebalanceTimeout       = "CONSUMER_REBALANCE_TIMEOUT"
@@ -70,7 +71,7 @@ var Secrets = []string{DatabaseURL, DatabaseURLFallback, SASLPassword, SinkHTTPA
 
 // All lists every variable the consumer reads, in documentation order.
 var All = []string{
-	Brokers, Topic, Group, ClientID, DeadLetterTopic, StartOffset,
+	Brokers, Topic, Group, ClientID, DeadLetterTopic, StartOffset, Isolation,
 	SessionTimeout, HeartbeatInterval, RebalanceTimeout,
 	TLSEnabled, TLSCAFile, TLSCertFile, TLSKeyFile, TLSInsecureSkipVerify,
 	SASLMechanism, SASLUsername, SASLPassword,

@@ -34,7 +34,13 @@ type Options struct {
 	BrokerRestarts   int
 	Consumers        int
 	Partitions       int
-	ProduceFor       time.Duration
+	// TxnShare of Events are written by a transactional producer, in
+	// transactions of which AbortShare are aborted.
+	TxnShare   float64
+	AbortShare float64
+	// Isolation, when set, is the consumers' CONSUMER_ISOLATION.
+	Isolation  string
+	ProduceFor time.Duration
 	// ClockSpeed is how much faster than real time the partition maintenance
 	// and the event ids' timestamps run: with Hourly partitions and 600x, a new
 	// partition every 6 real seconds.
@@ -57,6 +63,8 @@ func DefaultOptions() Options {
 		BrokerRestarts:   1,
 		Consumers:        3,
 		Partitions:       6,
+		TxnShare:         0.1,
+		AbortShare:       1.0 / 3,
 		ProduceFor:       90 * time.Second,
 		ClockSpeed:       600,
 		Premake:          24,
@@ -186,7 +194,11 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	brokers := strings.Split(addr, ",")
 
 	res := &Result{Seed: o.Seed}
-	consumers := newFleet(filepath.Join(bin, "consumer"), work, stream, consumerEnv(brokers, dbURL))
+	env := consumerEnv(brokers, dbURL)
+	if o.Isolation != "" {
+		env = append(env, envvars.Isolation+"="+o.Isolation)
+	}
+	consumers := newFleet(filepath.Join(bin, "consumer"), work, stream, env)
 	cl.Add(consumers.stopAll)
 	for range o.Consumers {
 		if err := consumers.start(); err != nil {
@@ -196,6 +208,8 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	step("%d consumers started; producing %d messages over %s with %d kills, %d PostgreSQL and %d broker restarts",
 		o.Consumers, o.Events, o.ProduceFor, o.Kills, o.PostgresRestarts, o.BrokerRestarts)
 
+	// Seeds for the producers, drawn before the chaos schedule starts using rng.
+	plainSeed, txnSeed := rng.Uint64(), rng.Uint64()
 	runCtx, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
 	var wg sync.WaitGroup
@@ -310,8 +324,24 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 		}
 	}()
 
-	prodErr := produce(runCtx, o, rng.Uint64(), brokers, clock, res)
-	step("produced %d messages; waiting for the chaos schedule to finish", res.Produced)
+	txns := newTxnLog()
+	var txnErr error
+	txnDone := make(chan struct{})
+	go func() {
+		defer close(txnDone)
+		txnErr = produceTxns(runCtx, o, txnSeed, brokers, clock, txns)
+	}()
+	prodErr := produce(runCtx, o, plainSeed, brokers, clock, res)
+	<-txnDone
+	if prodErr == nil {
+		prodErr = txnErr
+	}
+	if prodErr == nil {
+		prodErr = writeSentinels(runCtx, o, brokers, clock, mrand.New(mrand.NewPCG(plainSeed, 13)))
+	}
+	res.TxnCommitted, res.TxnAborted, res.TxnUnknown = txns.txns[txnCommitted], txns.txns[txnAborted], txns.txns[txnUnknown]
+	step("produced %d plain messages and %d transactions (%d committed, %d aborted, %d unknown); waiting for the chaos schedule to finish",
+		res.Produced, res.TxnCommitted+res.TxnAborted+res.TxnUnknown, res.TxnCommitted, res.TxnAborted, res.TxnUnknown)
 	if prodErr != nil {
 		stopBackground()
 	}
@@ -360,7 +390,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	} else {
 		res.LogsChecked, res.SecretLeaks = leaks.checked, leaks.files
 	}
-	if err := res.verify(ctx, brokers, dbURL, o.Partitions, snapshots); err != nil {
+	if err := res.verify(ctx, brokers, dbURL, o.Partitions, snapshots, txns); err != nil {
 		return res, err
 	}
 	return res, nil

@@ -33,6 +33,10 @@ func TestChaosShort(t *testing.T) {
 	if res.Kills < o.Kills || res.PostgresRestarts < 1 || res.BrokerRestarts < 1 {
 		t.Fatalf("the chaos did not happen: kills=%d pg=%d broker=%d", res.Kills, res.PostgresRestarts, res.BrokerRestarts)
 	}
+	if res.TxnCommitted == 0 || res.TxnAborted == 0 || res.AbortedMessages == 0 {
+		t.Fatalf("the transactional producer committed %d and aborted %d transactions, %d aborted records in the topic: nothing to check",
+			res.TxnCommitted, res.TxnAborted, res.AbortedMessages)
+	}
 	if res.DuplicateMessages*5 < res.Messages {
 		t.Fatalf("duplicates %d of %d messages: less than the 20%% the test is meant to have", res.DuplicateMessages, res.Messages)
 	}

@@ -54,6 +54,18 @@ type Result struct {
 	PartitionProblems []string
 	LogsChecked       int      // consumer and broker log files scanned for the database password
 	SecretLeaks       []string // log files that contained it
+
+	TxnCommitted, TxnAborted, TxnUnknown int // transactions of the transactional producer, by outcome
+	AbortedMessages                      int // records of aborted transactions in the topic
+	// AbortedApplied counts what the runtime did with records of aborted
+	// transactions: ledger rows for their ids and dead letters of them.
+	AbortedApplied int
+	// UncertainUnapplied counts ids of transactions with an unknown outcome
+	// that were not applied: they may have been aborted.
+	UncertainUnapplied int
+	// ForeignDeadLetters are dead letters for offsets that hold no data
+	// record: a transaction marker handed out as a message would be one.
+	ForeignDeadLetters int
 }
 
 // Violations lists every broken invariant.
@@ -74,6 +86,12 @@ func (r *Result) Violations() []string {
 	if r.OutsideWindow != 0 {
 		v = append(v, fmt.Sprintf("%d valid ids fell outside the dedup window (retention too short for this run)", r.OutsideWindow))
 	}
+	if r.AbortedApplied != 0 {
+		v = append(v, fmt.Sprintf("%d records of aborted transactions applied or dead-lettered", r.AbortedApplied))
+	}
+	if r.ForeignDeadLetters != 0 {
+		v = append(v, fmt.Sprintf("%d dead letters for offsets that hold no data record (transaction markers?)", r.ForeignDeadLetters))
+	}
 	if r.UnknownApplied != 0 {
 		v = append(v, fmt.Sprintf("%d ledger rows for ids never produced", r.UnknownApplied))
 	}
@@ -83,8 +101,9 @@ func (r *Result) Violations() []string {
 	if r.MalformedMissing != 0 || r.MalformedWrong != 0 {
 		v = append(v, fmt.Sprintf("malformed messages: %d missing from the dead-letter topic, %d with the wrong reason", r.MalformedMissing, r.MalformedWrong))
 	}
-	if r.Applied+r.Lost+r.OutsideWindow != r.Unique {
-		v = append(v, fmt.Sprintf("accounting: applied %d + lost %d + outside %d != unique %d", r.Applied, r.Lost, r.OutsideWindow, r.Unique))
+	if r.Applied+r.Lost+r.OutsideWindow+r.UncertainUnapplied != r.Unique {
+		v = append(v, fmt.Sprintf("accounting: applied %d + lost %d + outside %d + uncertain %d != unique %d",
+			r.Applied, r.Lost, r.OutsideWindow, r.UncertainUnapplied, r.Unique))
 	}
 	if r.Snapshots == 0 {
 		v = append(v, "no committed-offset snapshot was taken")
@@ -114,8 +133,10 @@ func (r *Result) Print(w io.Writer) {
 	sort.Strings(reasons)
 	fmt.Fprintf(w, "chaos: dead-lettered %d (%s); %d committed-offset snapshots checked; %d log files checked for the database password, %d leaked it\n",
 		r.DLQ, strings.Join(reasons, " "), r.Snapshots, r.LogsChecked, len(r.SecretLeaks))
-	fmt.Fprintf(w, "RESULT events=%d unique=%d applied=%d duplicates_applied=%d lost=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d seed=%d\n",
-		r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations), r.Seed)
+	fmt.Fprintf(w, "chaos: transactional producer: %d transactions committed, %d aborted, %d with an unknown outcome (%d of their ids not applied); %d records of aborted transactions in the topic\n",
+		r.TxnCommitted, r.TxnAborted, r.TxnUnknown, r.UncertainUnapplied, r.AbortedMessages)
+	fmt.Fprintf(w, "RESULT events=%d unique=%d applied=%d duplicates_applied=%d lost=%d aborted=%d aborted_applied=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d seed=%d\n",
+		r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.AbortedMessages, r.AbortedApplied, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations), r.Seed)
 }
 
 // checkPartitions compares the table's partitions with the planner's view
@@ -148,6 +169,8 @@ type message struct {
 	id        uuid.UUID
 	valid     bool
 	reason    string // expected dead-letter reason for a malformed message
+	// aborted: a record of an aborted transaction, which must not be handled.
+	aborted bool
 }
 
 // classify decides independently of the runtime what a message is.
@@ -177,16 +200,27 @@ type dlqRecord struct {
 
 // verify reads back the topic, the dead-letter topic and the ledger and checks
 // the invariants.
-func (r *Result) verify(ctx context.Context, brokers []string, dbURL string, partitions int, snapshots []offsetSnapshot) error {
+func (r *Result) verify(ctx context.Context, brokers []string, dbURL string, partitions int, snapshots []offsetSnapshot, txns *txnLog) error {
 	r.DLQByReason = map[string]int{}
 	byPartition := make([][]message, partitions)
 	valid := map[uuid.UUID]bool{}
+	aborted := map[uuid.UUID]bool{}
+	// The read-back is at ReadUncommitted: it sees the records of aborted
+	// transactions too, and tells them by the producer's record.
 	for p := range partitions {
 		err := readAll(ctx, brokers, topic, p, func(m kafka.Message) {
 			id, reason := classify(m.Value)
 			msg := message{partition: p, offset: m.Offset, id: id, valid: reason == "", reason: reason}
+			if msg.valid && txns.aborted[id] {
+				msg.valid, msg.aborted = false, true
+				aborted[id] = true
+				r.AbortedMessages++
+			}
 			byPartition[p] = append(byPartition[p], msg)
 			r.Messages++
+			if msg.aborted {
+				return
+			}
 			if msg.valid {
 				if valid[id] {
 					r.DuplicateMessages++
@@ -254,6 +288,10 @@ func (r *Result) verify(ctx context.Context, brokers []string, dbURL string, par
 		if err := rows.Scan(&id, &n, &amount, &at); err != nil {
 			return err
 		}
+		if aborted[id] {
+			r.AbortedApplied += int(n)
+			continue
+		}
 		if !valid[id] {
 			r.UnknownApplied += int(n)
 			continue
@@ -278,13 +316,33 @@ func (r *Result) verify(ctx context.Context, brokers []string, dbURL string, par
 			r.OutsideWindow++
 			continue
 		}
+		if txns.unknown[id] {
+			r.UncertainUnapplied++
+			continue
+		}
 		r.Lost++
+	}
+
+	// Every dead letter names a data record that may be handled.
+	at := map[[2]int64]message{}
+	for _, msgs := range byPartition {
+		for _, m := range msgs {
+			at[[2]int64{int64(m.partition), m.offset}] = m
+		}
+	}
+	for pos := range dlq {
+		switch m, ok := at[pos]; {
+		case !ok:
+			r.ForeignDeadLetters++
+		case m.aborted:
+			r.AbortedApplied++
+		}
 	}
 
 	// Malformed messages must be dead-lettered with their reason.
 	for _, msgs := range byPartition {
 		for _, m := range msgs {
-			if m.valid {
+			if m.valid || m.aborted {
 				continue
 			}
 			d, ok := dlq[[2]int64{int64(m.partition), m.offset}]
@@ -299,12 +357,17 @@ func (r *Result) verify(ctx context.Context, brokers []string, dbURL string, par
 
 	r.Snapshots = len(snapshots)
 	r.OffsetViolations = checkOffsets(byPartition, func(m message) (time.Time, bool) {
+		if m.aborted {
+			return time.Time{}, true // nothing to do
+		}
 		if m.valid {
 			if at, ok := appliedAt[m.id]; ok {
 				return at, true
 			}
-			at, ok := outside[m.id]
-			return at, ok
+			if at, ok := outside[m.id]; ok {
+				return at, true
+			}
+			return time.Time{}, txns.unknown[m.id] // maybe aborted: nothing to do
 		}
 		d, ok := dlq[[2]int64{int64(m.partition), m.offset}]
 		return d.at, ok
@@ -345,8 +408,8 @@ func checkOffsets(byPartition [][]message, doneAt func(message) (time.Time, bool
 			idx := sort.Search(len(msgs), func(i int) bool { return msgs[i].offset >= c }) - 1
 			// 50ms of slack for the clocks of two processes reading one system clock.
 			if idx >= 0 && doneBy[idx].After(s.at.Add(50*time.Millisecond)) {
-				out = append(out, fmt.Sprintf("partition %d: offset %d committed at %s before the events below it were durable (at %s)",
-					p, c, s.at.Format(time.RFC3339Nano), doneBy[idx].Format(time.RFC3339Nano)))
+				out = append(out, fmt.Sprintf("partition %d: offset %d committed by %s (asked at %s) before the events below it were durable (at %s)",
+					p, c, s.at.Format(time.RFC3339Nano), s.asked.Format(time.RFC3339Nano), doneBy[idx].Format(time.RFC3339Nano)))
 				break
 			}
 		}

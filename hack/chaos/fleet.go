@@ -110,18 +110,22 @@ func (f *fleet) stopAll() {
 // offsetSnapshot is the group's committed offsets at one instant.
 type offsetSnapshot struct {
 	at      time.Time
+	asked   time.Time // when the request was sent
 	offsets map[int]int64
 }
 
 func snapshotOffsets(ctx context.Context, brokers []string, partitions int) (offsetSnapshot, error) {
-	// The instant is taken before the request: anything committed in the
-	// database before the broker recorded these offsets is before "at" too.
-	at := time.Now()
+	// The instant is taken when the answer is in: the broker recorded these
+	// offsets before it answered, and each was committed only after its
+	// events were in the database, so they were durable by then. (The
+	// instant before the request is too early: an offset committed while
+	// the request was on its way is in the answer too.)
+	asked := time.Now()
 	offs, err := consumertest.CommittedOffsets(ctx, brokers, group, topic, partitions)
 	if err != nil {
 		return offsetSnapshot{}, err
 	}
-	s := offsetSnapshot{at: at, offsets: map[int]int64{}}
+	s := offsetSnapshot{at: time.Now(), asked: asked, offsets: map[int]int64{}}
 	for p, o := range offs {
 		if o >= 0 {
 			s.offsets[p] = o

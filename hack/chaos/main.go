@@ -3,13 +3,14 @@
 // was not durably handled. It runs separate cmd/consumer processes (SQL sink
 // writing a ledger) against the standalone broker (cmd/devbroker, persisted to
 // a data dir) and a real PostgreSQL, and while a producer streams events with
-// many duplicates, replays and malformed events, it kill -9s consumers at
+// many duplicates, replays and malformed events (and a transactional producer
+// commits and aborts transactions beside it), it kill -9s consumers at
 // random moments, starts new ones (rebalances), restarts PostgreSQL and the
 // broker, and runs partition maintenance concurrently on a fast clock.
 //
 // At the end it checks the invariants, prints what it found, and a final line
 //
-//	RESULT events=... unique=... applied=... duplicates_applied=0 lost=0 kills=... dlq=...
+//	RESULT events=... unique=... applied=... duplicates_applied=0 lost=0 aborted=... aborted_applied=0 kills=... dlq=...
 //
 // It exits non-zero on any violation and prints the seed to replay the run.
 package main
@@ -33,6 +34,9 @@ func main() {
 	flag.IntVar(&o.BrokerRestarts, "broker-restarts", o.BrokerRestarts, "broker kill -9 and restarts")
 	flag.IntVar(&o.Consumers, "consumers", o.Consumers, "consumer processes running normally")
 	flag.IntVar(&o.Partitions, "partitions", o.Partitions, "topic partitions")
+	flag.Float64Var(&o.TxnShare, "txn-share", o.TxnShare, "share of messages written by the transactional producer")
+	flag.Float64Var(&o.AbortShare, "txn-aborts", o.AbortShare, "share of the transactions that are aborted")
+	flag.StringVar(&o.Isolation, "isolation", "", "CONSUMER_ISOLATION for the consumers (empty: their default, ReadCommitted)")
 	flag.DurationVar(&o.ProduceFor, "produce-for", o.ProduceFor, "spread production (and the chaos) over this long")
 	flag.Uint64Var(&o.Seed, "seed", 0, "random seed (0 = from the clock); printed for replays")
 	flag.BoolVar(&o.Verbose, "v", false, "stream the consumers' and broker's logs")
