@@ -237,7 +237,7 @@ func scan(t *testing.T, dir, file string) []mention {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	inCode, n := false, 0
 	context := "" // the last command seen in this paragraph
-	pending := ""  // a code line continued with a backslash
+	pending := "" // a code line continued with a backslash
 	for sc.Scan() {
 		n++
 		line := sc.Text()
