@@ -10,6 +10,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+
+	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 )
 
 const root = "../.."
@@ -401,4 +406,45 @@ func sorted(m map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestReadmeExample decodes the README's example object strictly into the
+// API type and checks the fields the CRD requires, so the first object a
+// reader copies is one the API server accepts.
+func TestReadmeExample(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var example string
+	for _, block := range strings.Split(string(b), "```yaml\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if strings.Contains(block, "kind: IdempotentConsumer") {
+			example = block
+			break
+		}
+	}
+	if example == "" {
+		t.Fatal("README.md has no IdempotentConsumer example in a yaml block")
+	}
+	s := runtime.NewScheme()
+	if err := kafkav1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	obj, _, err := serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer().Decode([]byte(example), nil, nil)
+	if err != nil {
+		t.Fatalf("the README's example does not decode strictly: %v", err)
+	}
+	ic, ok := obj.(*kafkav1alpha1.IdempotentConsumer)
+	if !ok {
+		t.Fatalf("the README's example decodes to %T", obj)
+	}
+	sp := ic.Spec
+	if ic.Name == "" || len(sp.Kafka.BootstrapServers) == 0 || sp.Kafka.Topic == "" || sp.Kafka.GroupID == "" ||
+		sp.Database.URLSecretRef.Name == "" || sp.Database.URLSecretRef.Key == "" || sp.Consumer.Sink.Type == "" {
+		t.Errorf("the README's example lacks a required field: %+v", ic)
+	}
+	if sp.Consumer.Sink.Type == kafkav1alpha1.SinkSQL && (sp.Consumer.Sink.SQL == nil || sp.Consumer.Sink.SQL.Statement == "") {
+		t.Error("the README's example uses the SQL sink without a statement")
+	}
 }
