@@ -25,7 +25,7 @@ var ours = []string{"manager", "consumer", "dedup-migrate"}
 // documents are the files checked.
 func documents(t *testing.T) []string {
 	t.Helper()
-	files := []string{"README.md", "CONTRIBUTING.md", "config/samples/README.md"}
+	files := []string{"README.md", "CONTRIBUTING.md", "CHANGELOG.md", "config/samples/README.md"}
 	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
