@@ -71,9 +71,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// Build renders the kustomization in dir as a multi-document YAML stream.
+// Build renders the kustomization in dir as a multi-document YAML stream, in
+// the order `kustomize build` and `kubectl kustomize` use by default (legacy:
+// Namespaces, CRDs, ServiceAccounts and RBAC before the objects that need
+// them), so that a single `kubectl apply -f` of the output succeeds.
 func Build(dir string) ([]byte, error) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	opts := krusty.MakeDefaultOptions()
+	opts.Reorder = krusty.ReorderOptionLegacy
+	k := krusty.MakeKustomizer(opts)
 	res, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		return nil, fmt.Errorf("building %s: %w", dir, err)

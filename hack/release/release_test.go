@@ -82,9 +82,18 @@ func TestBuildInstaller(t *testing.T) {
 	install := decode(t, filepath.Join(dist, "install.yaml"))
 	var imgs []string
 	kinds := map[string]int{}
+	created := map[string]bool{}
 	for _, o := range install {
 		images(o.Object, &imgs)
 		kinds[o.GetKind()]++
+		// `kubectl apply -f install.yaml` creates in file order: a
+		// namespace must come before everything in it.
+		if ns := o.GetNamespace(); ns != "" && !created[ns] {
+			t.Errorf("install.yaml has %s %s before its Namespace %s: kubectl apply fails with NotFound", o.GetKind(), o.GetName(), ns)
+		}
+		if o.GetKind() == "Namespace" {
+			created[o.GetName()] = true
+		}
 	}
 	if kinds["Deployment"] != 1 || kinds["CustomResourceDefinition"] != 0 {
 		t.Errorf("install.yaml kinds %v: want the manager Deployment and no CRD", kinds)
