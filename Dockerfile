@@ -1,11 +1,17 @@
 # syntax=docker/dockerfile:1
 # Two images from one build: the operator (target "manager") and the ready-made
 # consumer (target "consumer"). Static binaries on a distroless, non-root base.
-#   docker build --target manager  -t ghcr.io/idempotency-dev/operator:dev .
-#   docker build --target consumer -t ghcr.io/idempotency-dev/consumer:dev .
-FROM golang:1.26 AS builder
+# `make docker-build` / `make docker-buildx` pass VERSION and REVISION, which
+# are stamped into the binaries (--version, the *_build_info metrics):
+#   docker build --target manager  --build-arg VERSION=v0.1.0 -t ghcr.io/idempotency-dev/operator:v0.1.0 .
+#   docker build --target consumer --build-arg VERSION=v0.1.0 -t ghcr.io/idempotency-dev/consumer:v0.1.0 .
+# The builder runs on the build machine's platform and cross-compiles, so a
+# multi-arch build emulates nothing.
+FROM --platform=$BUILDPLATFORM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
+ARG VERSION=dev
+ARG REVISION=
 WORKDIR /workspace
 COPY go.mod go.sum ./
 # go.mod replaces segmentio/kafka-go with the patched copy in third_party/.
@@ -17,7 +23,7 @@ COPY consumer/ consumer/
 COPY controllers/ controllers/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/manager ./cmd/consumer ./cmd/dedup-migrate
+    go build -trimpath -ldflags="-s -w -X github.com/idempotency-dev/operator/consumer/version.version=${VERSION} -X github.com/idempotency-dev/operator/consumer/version.revision=${REVISION}" -o /out/ ./cmd/manager ./cmd/consumer ./cmd/dedup-migrate
 
 FROM gcr.io/distroless/static:nonroot AS consumer
 WORKDIR /

@@ -6,8 +6,24 @@
 SHELL := /usr/bin/env bash -o pipefail
 .SHELLFLAGS := -ec
 
-IMG ?= ghcr.io/idempotency-dev/operator:latest
-CONSUMER_IMG ?= ghcr.io/idempotency-dev/consumer:latest
+# The version stamped into both binaries and used as both images' tag:
+# `git describe` of the checkout (a release tag such as v0.1.0 on a tagged
+# commit), else "dev". Override it: make build-installer VERSION=v0.1.0.
+ifeq ($(origin VERSION), undefined)
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+endif
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+REGISTRY ?= ghcr.io/idempotency-dev
+IMG ?= $(REGISTRY)/operator:$(VERSION)
+CONSUMER_IMG ?= $(REGISTRY)/consumer:$(VERSION)
+# Platforms of the multi-arch images (docker-buildx).
+PLATFORMS ?= linux/amd64,linux/arm64
+# Where build puts the binaries (and which), where build-installer writes.
+BIN ?= bin
+CMDS ?= ./cmd/...
+DIST ?= dist
+VERSION_PKG := github.com/idempotency-dev/operator/consumer/version
+LDFLAGS := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
 CONTROLLER_GEN ?= go tool controller-gen
 GO_TEST_FLAGS ?= -count=1 -timeout=30m
 # Generated files, checked for staleness by verify-generated.
@@ -73,8 +89,13 @@ lint: ## Run golangci-lint (pinned in hack/tools; built on first use, skipped if
 envtest: ## Build (once) and print the envtest control plane directory (kube-apiserver, etcd, kubectl).
 	@hack/envtest.sh
 
+.PHONY: lint-workflows
+lint-workflows: ## Lint .github/workflows with actionlint (pinned in hack/tools/actionlint; fails if it can't be built).
+	@bin="$$(hack/tool.sh actionlint)" || { echo "lint-workflows: actionlint could not be built (is the Go module cache warm?)" >&2; exit 1; }; \
+	"$$bin" -shellcheck= -pyflakes= -no-color .github/workflows/*.yml && echo "lint-workflows: $$(ls .github/workflows/*.yml | wc -l) workflow(s) pass actionlint"
+
 .PHONY: test
-test: fmt vet verify-generated ## Run all tests: unit, PostgreSQL, Kafka and envtest integration, e2e.
+test: fmt vet verify-generated lint-workflows ## Run all tests: unit, PostgreSQL, Kafka and envtest integration, e2e.
 	@assets="$$(hack/envtest.sh)"; \
 	echo "test: KUBEBUILDER_ASSETS=$$assets"; \
 	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -race ./consumer/...; \
@@ -102,21 +123,63 @@ demo: ## Run the whole system locally (control plane, PostgreSQL, broker, operat
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager, consumer and devbroker binaries into bin/.
-	CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/...
+build: ## Build every binary into bin/, stamped with VERSION (bin/manager --version).
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ $(CMDS)
 
 .PHONY: run
 run: manifests generate ## Run the operator against the current kubeconfig.
-	go run ./cmd/manager
+	go run -ldflags "$(LDFLAGS)" ./cmd/manager --consumer-image=$(CONSUMER_IMG)
 
 .PHONY: docker-build
-docker-build: ## Build the operator and consumer images (needs a Docker engine).
-	docker build --target manager -t $(IMG) .
-	docker build --target consumer -t $(CONSUMER_IMG) .
+docker-build: ## Build the operator and consumer images for this machine (IMG, CONSUMER_IMG; needs Docker).
+	docker build --target manager --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMG) .
+	docker build --target consumer --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(CONSUMER_IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push IMG and CONSUMER_IMG (built by docker-build).
+	docker push $(IMG)
+	docker push $(CONSUMER_IMG)
+
+.PHONY: docker-buildx
+docker-buildx: ## Build and push multi-arch images (PLATFORMS) of IMG and CONSUMER_IMG with docker buildx.
+	docker buildx build --push --platform=$(PLATFORMS) --target manager --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMG) .
+	docker buildx build --push --platform=$(PLATFORMS) --target consumer --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(CONSUMER_IMG) .
 
 ##@ Deployment
 
 .PHONY: build-installer
-build-installer: manifests ## Render config/default into dist/install.yaml.
-	mkdir -p dist
-	go run ./hack/kustomize build config/default > dist/install.yaml
+build-installer: manifests ## Render dist/crds.yaml and dist/install.yaml (the operator, every image tagged VERSION).
+	mkdir -p $(DIST)
+	go run ./hack/kustomize build config/crd > $(DIST)/crds.yaml.tmp
+	mv $(DIST)/crds.yaml.tmp $(DIST)/crds.yaml
+	go run ./hack/kustomize installer -image $(IMG) -consumer-image $(CONSUMER_IMG) config/default > $(DIST)/install.yaml.tmp
+	mv $(DIST)/install.yaml.tmp $(DIST)/install.yaml
+	@echo "build-installer: $(DIST)/crds.yaml, $(DIST)/install.yaml (operator $(IMG), consumer $(CONSUMER_IMG))"
+
+# kubectl, resolved when a target runs: KUBECTL, else kubectl on PATH, else
+# the one hack/envtest.sh builds from source (once, cached).
+kubectl = $${KUBECTL:-$$(command -v kubectl || echo "$$(hack/envtest.sh)/kubectl")}
+
+.PHONY: install
+install: manifests ## Install (or update) the CRD in the current kubeconfig's cluster.
+	go run ./hack/kustomize build config/crd | $(kubectl) apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: ## Remove the CRD; refuses while any IdempotentConsumer exists (removing it deletes them all).
+	@k=$(kubectl); \
+	left="$$($$k get idempotentconsumers.kafka.idempotency.dev --all-namespaces --no-headers -o custom-columns=NS:.metadata.namespace,NAME:.metadata.name 2>/dev/null || true)"; \
+	if [[ -n "$$left" ]]; then \
+		echo "uninstall: refusing: these IdempotentConsumers still exist, and removing the CRD would delete them (and their consumer Deployments):" >&2; \
+		echo "$$left" >&2; \
+		echo "uninstall: delete them first, while the operator runs (docs/getting-started.md, Uninstall)" >&2; \
+		exit 1; \
+	fi; \
+	go run ./hack/kustomize build config/crd | $$k delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: ## Deploy the operator (IMG, CONSUMER_IMG) to the current kubeconfig's cluster; install the CRD first.
+	go run ./hack/kustomize installer -image $(IMG) -consumer-image $(CONSUMER_IMG) config/default | $(kubectl) apply -f -
+
+.PHONY: undeploy
+undeploy: ## Remove the operator; leaves the CRD, every IdempotentConsumer and their consumers in place.
+	go run ./hack/kustomize build config/default | $(kubectl) delete --ignore-not-found -f -

@@ -37,17 +37,25 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/consumer/version"
 	"github.com/idempotency-dev/operator/controllers"
 )
+
+// consumerRepository is the ready-made consumer's image repository; the
+// default --consumer-image is this with the manager's own version as its tag,
+// because the two binaries are released together from one tag.
+const consumerRepository = "ghcr.io/idempotency-dev/consumer"
 
 func main() {
 	var (
 		metricsAddr, probeAddr, metricsCertDir  string
 		secureMetrics, enableHTTP2, leaderElect bool
+		printVersion                            bool
 		leaderElectionNamespace                 string
 		opts                                    controllers.Options
 		pool                                    controllers.PoolOptions
@@ -59,7 +67,10 @@ func main() {
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader, so only one replica reconciles at a time.")
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; empty means the pod's namespace.")
-	flag.StringVar(&opts.ConsumerImage, "consumer-image", controllers.DefaultConsumerImage, "Consumer image used when spec.consumer.image is empty.")
+	build := version.Get()
+	flag.BoolVar(&printVersion, "version", false, "Print the version and exit.")
+	flag.StringVar(&opts.ConsumerImage, "consumer-image", consumerRepository+":"+build.Version,
+		"Consumer image used when spec.consumer.image is empty; the default is the consumer released with this operator.")
 	flag.DurationVar(&opts.MaintenanceLead, "maintenance-lead", 5*time.Minute, "How long before a partition boundary maintenance runs.")
 	flag.DurationVar(&opts.MaxRequeue, "max-requeue", 24*time.Hour, "Longest wait between two reconciles of one object.")
 	flag.DurationVar(&opts.RetryBase, "retry-base", 5*time.Second, "First wait after a failure that retrying can fix.")
@@ -74,6 +85,10 @@ func main() {
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if printVersion {
+		fmt.Println(build)
+		return
+	}
 	pool.MaxConns = int32(maxConns)
 	if opts.TopicCheckInterval > 0 && opts.TopicCheckInterval < time.Minute {
 		fmt.Fprintf(os.Stderr, "invalid --topic-check-interval %s: want 0 (off) or at least 1m (every object asks the brokers at that rate)\n", opts.TopicCheckInterval)
@@ -85,6 +100,15 @@ func main() {
 
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	setupLog := ctrl.Log.WithName("setup")
+	consumerImageSet := false
+	flag.Visit(func(f *flag.Flag) { consumerImageSet = consumerImageSet || f.Name == "consumer-image" })
+	if !consumerImageSet && !build.IsRelease() {
+		// Only release tags are published: say so rather than fail, so that
+		// objects with spec.consumer.image set (and the local demo) still work.
+		setupLog.Info("WARNING: this is not a release build, so the default consumer image is probably not published; "+
+			"pass --consumer-image or set spec.consumer.image", "version", build.Version, "consumerImage", opts.ConsumerImage)
+	}
+	metrics.Registry.MustRegister(version.NewCollector("idempotency_operator"))
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -144,7 +168,7 @@ func main() {
 		os.Exit(1)
 	}
 
-	setupLog.Info("Starting the manager", "consumerImage", opts.ConsumerImage, "leaderElect", leaderElect)
+	setupLog.Info("Starting the manager", "version", build.Version, "revision", build.Revision, "consumerImage", opts.ConsumerImage, "leaderElect", leaderElect)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Running the manager")
 		os.Exit(1)

@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idempotency-dev/operator/consumer"
 	"github.com/idempotency-dev/operator/consumer/sink"
+	"github.com/idempotency-dev/operator/consumer/version"
 )
 
 // Exit codes.
@@ -59,6 +61,12 @@ func run(ctx context.Context, opts Options, stderr io.Writer) int {
 	if err != nil {
 		log.Error("invalid sink configuration", "err", err)
 		return ExitConfig
+	}
+	if opts.Consumer.Registerer == nil {
+		// The runtime's metrics plus which build this is.
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(version.NewCollector(consumer.MetricsNamespace))
+		opts.Consumer.Registerer, opts.Consumer.Gatherer = reg, reg
 	}
 	c, err := consumer.New(opts.Consumer, handler)
 	if err != nil {
