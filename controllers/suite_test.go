@@ -218,11 +218,18 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 			t.Errorf("manager: %v", err)
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute): // a manager whose watches are refused may not stop
+			t.Error("the manager did not stop within 1m")
+		}
+	})
 	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
 	defer syncCancel()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
-		t.Fatal("cache did not sync")
+		t.Fatalf("cache did not sync within 1m (a watch refused?); manager log:\n%s", te.logs.String())
 	}
 	return te
 }
