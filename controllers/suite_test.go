@@ -87,6 +87,9 @@ type envOptions struct {
 	setup       func(t *testing.T, c client.Client)
 	// apiServerArgs are extra kube-apiserver flags (name, values).
 	apiServerArgs map[string][]string
+	// leaderElectionNamespace, when set, turns leader election on with its
+	// Lease there.
+	leaderElectionNamespace string
 }
 
 var scheme = func() *runtime.Scheme {
@@ -161,13 +164,16 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 		mgrCfg.Impersonate = rest.ImpersonationConfig{UserName: eo.managerUser}
 	}
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Logger:                 logger,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:                  CacheOptions(eo.watchNamespaces),
-		Client:                 ClientOptions(),
+		Scheme:                  scheme,
+		Logger:                  logger,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                   CacheOptions(eo.watchNamespaces),
+		LeaderElection:          eo.leaderElectionNamespace != "",
+		LeaderElectionNamespace: eo.leaderElectionNamespace,
+		LeaderElectionID:        "idempotency-operator.kafka.idempotency.dev",
+		Client:                  ClientOptions(),
 	})
 	if err != nil {
 		t.Fatal(err)

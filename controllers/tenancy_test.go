@@ -28,6 +28,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,6 +74,7 @@ func TestParseWatchNamespaces(t *testing.T) {
 type namespacedInstall struct {
 	rbac            []*unstructured.Unstructured // Namespaces, ServiceAccounts, (Cluster)Roles and their bindings
 	user            string                       // the manager's ServiceAccount as an API user
+	namespace       string                       // the manager's own namespace
 	watchNamespaces []string                     // from the manager Deployment's --watch-namespaces
 }
 
@@ -100,6 +102,7 @@ func renderNamespacedInstall(t *testing.T) namespacedInstall {
 				t.Fatal(err)
 			}
 			in.user = "system:serviceaccount:" + dep.Namespace + ":" + dep.Spec.Template.Spec.ServiceAccountName
+			in.namespace = dep.Namespace
 			for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
 				if v, ok := strings.CutPrefix(a, "--watch-namespaces="); ok {
 					if in.watchNamespaces, err = ParseWatchNamespaces(v); err != nil {
@@ -183,6 +186,8 @@ rules:
 	te := startEnv(t, envOptions{
 		watchNamespaces: in.watchNamespaces,
 		managerUser:     in.user,
+		// The Lease in the manager's namespace, under the overlay's Role.
+		leaderElectionNamespace: in.namespace,
 		apiServerArgs: map[string][]string{
 			"audit-policy-file": {policy},
 			"audit-log-path":    {auditLog},
@@ -233,6 +238,10 @@ rules:
 	got := te.waitReady(t, watched, "served")
 	if !slices.Contains(got.Finalizers, Finalizer) {
 		t.Errorf("%s/served: finalizers = %v, want %s", watched, got.Finalizers, Finalizer)
+	}
+	lease := &coordinationv1.Lease{}
+	if err := te.c.Get(ctx, types.NamespacedName{Namespace: in.namespace, Name: "idempotency-operator.kafka.idempotency.dev"}, lease); err != nil {
+		t.Errorf("leader election Lease in %s: %v", in.namespace, err)
 	}
 	if len(te.events(t, watched, "served")) == 0 {
 		t.Errorf("%s/served: no Events recorded by the namespaced manager", watched)
