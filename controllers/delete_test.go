@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,40 @@ func TestDeleteWithoutSecret(t *testing.T) {
 		}
 		if conn := pgConn(t, dbURL); !tableExists(t, conn, "public", "orphan_event") {
 			t.Error("the table is gone; it should have been kept")
+		}
+	})
+
+	// The database is down when the object is deleted: it waits (the Secret
+	// is there, the drop may still succeed), until the Secret goes too, as
+	// it does when the whole namespace is deleted.
+	t.Run("DatabaseDownThenSecretGone", func(t *testing.T) {
+		own, err := consumertest.StartPostgres()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = own.Stop() })
+		ns := te.namespace(t)
+		te.secret(t, ns, "db", map[string]string{"url": own.URL("postgres")})
+		te.create(t, newConsumer(ns, "waiting", withDeletionPolicy(kafkav1alpha1.DeletionDelete)))
+		te.waitReady(t, ns, "waiting")
+		if err := own.StopServer(); err != nil {
+			t.Fatal(err)
+		}
+		if err := te.c.Delete(ctx, te.get(t, ns, "waiting")); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "Ready=False/Deleting", func() (bool, string) {
+			got := te.get(t, ns, "waiting")
+			c := got.GetCondition(kafkav1alpha1.ConditionReady)
+			return c != nil && c.Reason == kafkav1alpha1.ReasonDeleting, conditionsSummary(got)
+		})
+		deleteSecret(t, ns)
+		eventually(t, 30*time.Second, ns+"/waiting gone", func() (bool, string) {
+			err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "waiting"}, &kafkav1alpha1.IdempotentConsumer{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		if !hasEvent(te.events(t, ns, "waiting"), ReasonTableKept) {
+			t.Errorf("no %s Event", ReasonTableKept)
 		}
 	})
 
