@@ -36,6 +36,11 @@ import (
 
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=delete
 
+// ReasonTableKept is the reason of the Warning Event recorded when an object
+// with deletionPolicy Delete is deleted without its table being dropped,
+// because the database URL Secret (or its key) is gone.
+const ReasonTableKept = "TableKept"
+
 // reconcileFinalizer keeps the finalizer in step with deletionPolicy: only
 // Delete needs cleanup, so only Delete holds the object on deletion.
 func (r *IdempotentConsumerReconciler) reconcileFinalizer(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer) error {
@@ -59,8 +64,11 @@ func (r *IdempotentConsumerReconciler) reconcileFinalizer(ctx context.Context, o
 // finalizer) there is nothing to do: the Deployment goes with its owner.
 // With Delete, the consumer is stopped, then the table dropped, and only if
 // it carries this object's marker; then the finalizer is removed. If the
-// database cannot be reached the object waits, with the reason in status;
-// switching deletionPolicy to Retain releases it.
+// database URL Secret (or its key) is gone, the table is kept, a TableKept
+// Warning Event names it, and the finalizer is removed: nothing the
+// operator can do brings the Secret back. If the database cannot be
+// reached the object waits, with the reason in status; switching
+// deletionPolicy to Retain releases it.
 func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer) (ctrl.Result, error) {
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
@@ -90,25 +98,37 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if prob == nil {
-		s.databaseURL = val
-		s.addSecret(val.value, true)
-		err = r.dropTable(ctx, obj, val.value, table)
-		var own *dedup.OwnershipError
-		switch {
-		case err == nil:
-			r.event(obj, corev1.EventTypeNormal, "TableDropped", "Delete", fmt.Sprintf("Dropped table %s (deletionPolicy Delete)", table))
-			log.FromContext(ctx).Info("Dropped table", "table", table.String())
-			return ctrl.Result{}, r.removeFinalizer(ctx, obj)
-		case errors.As(err, &own):
-			msg := fmt.Sprintf("Table %s was not dropped: it is not this object's (owner %q); left in place", table, own.Owner)
-			r.event(obj, corev1.EventTypeWarning, kafkav1alpha1.ReasonTableNotOwned, "Delete", msg)
-			log.FromContext(ctx).Info("Table not dropped: not ours", "table", table.String(), "owner", own.Owner)
-			return ctrl.Result{}, r.removeFinalizer(ctx, obj)
-		}
-		reason, _ := classifyDatabaseError(err)
-		prob = &problem{reason, describeDatabaseError(reason, err)}
+	if prob != nil {
+		// Without the Secret the operator cannot reach the database, and
+		// waiting would block the deletion for good: in a terminating
+		// namespace nothing can recreate the Secret. The table is kept (the
+		// safe outcome, as with Retain) and named, and deletion goes on. In
+		// a terminating namespace the API server refuses the Event; the log
+		// line is the record there.
+		msg := fmt.Sprintf("Table %s was kept, not dropped: %s, so the operator cannot reach the database. Deletion goes on; drop the table by hand if it is no longer needed",
+			table, prob.message)
+		r.event(obj, corev1.EventTypeWarning, ReasonTableKept, "Delete", msg)
+		log.FromContext(ctx).Info("Table kept: its database URL Secret is gone", "table", table.String(), "reason", prob.reason,
+			"secret", obj.Spec.Database.URLSecretRef.Name)
+		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
 	}
+	s.databaseURL = val
+	s.addSecret(val.value, true)
+	err = r.dropTable(ctx, obj, val.value, table)
+	var own *dedup.OwnershipError
+	switch {
+	case err == nil:
+		r.event(obj, corev1.EventTypeNormal, "TableDropped", "Delete", fmt.Sprintf("Dropped table %s (deletionPolicy Delete)", table))
+		log.FromContext(ctx).Info("Dropped table", "table", table.String())
+		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
+	case errors.As(err, &own):
+		msg := fmt.Sprintf("Table %s was not dropped: it is not this object's (owner %q); left in place", table, own.Owner)
+		r.event(obj, corev1.EventTypeWarning, kafkav1alpha1.ReasonTableNotOwned, "Delete", msg)
+		log.FromContext(ctx).Info("Table not dropped: not ours", "table", table.String(), "owner", own.Owner)
+		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
+	}
+	reason, _ := classifyDatabaseError(err)
+	prob = &problem{reason, describeDatabaseError(reason, err)}
 
 	// Could not drop: say why and try again later.
 	msg := s.scrub(fmt.Sprintf("Waiting to drop table %s before deletion completes (set deletionPolicy to Retain to skip): %s", table, prob.message))
