@@ -47,6 +47,8 @@ const (
 	HandlerBackoffMax      = "CONSUMER_HANDLER_BACKOFF_MAX"
 	RetryBackoffMax        = "CONSUMER_RETRY_BACKOFF_MAX" // cap of the pause after a database/broker failure
 	ShutdownTimeout        = "CONSUMER_SHUTDOWN_TIMEOUT"
+	Ordering               = "CONSUMER_ORDERING"        // Key (default for the http sink), Partition or Unordered
+	MaxInFlight            = "CONSUMER_MAX_IN_FLIGHT"   // http sink: most requests in flight; default 64
 	PolicyNotJSON          = "CONSUMER_POLICY_NOT_JSON" // DeadLetter (default), Skip or Stop
 	PolicyMissingID        = "CONSUMER_POLICY_MISSING_ID"
 	PolicyInvalidUUID      = "CONSUMER_POLICY_INVALID_UUID"
@@ -79,6 +81,7 @@ var All = []string{
 	BatchMaxMessages, BatchMaxWait, MaxEventBytes,
 	Envelope, IDField, TypeField, TimeField, PayloadField,
 	HandlerMaxAttempts, HandlerBackoffInitial, HandlerBackoffMax, RetryBackoffMax, ShutdownTimeout,
+	Ordering, MaxInFlight,
 	PolicyNotJSON, PolicyMissingID, PolicyInvalidUUID, PolicyWrongUUIDVersion, PolicyOversized,
 	PolicyOutsideWindow, PolicyHandlerFailed,
 	ListenAddr, LogLevel, LogFormat,

@@ -132,6 +132,18 @@ func (e *HTTPError) Error() string {
 // delivered: the error is consumer.Unavailable, so the runtime pauses the
 // batch and retries without dead-lettering while the endpoint is down.
 func HTTP(cfg HTTPConfig) (consumer.Handler, error) {
+	post, err := HTTPExternal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, _ pgx.Tx, ev *consumer.Event) error { return post(ctx, ev) }, nil
+}
+
+// HTTPExternal is HTTP as an external handler (consumer.NewExternal): the
+// request is sent with no database transaction open, concurrently with
+// other events' requests as the consumer's ordering allows, and its event id
+// is recorded after the answer. This is the form cmd/consumer uses.
+func HTTPExternal(cfg HTTPConfig) (consumer.ExternalHandler, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("URL %q: must be an absolute http or https URL", redactURL(cfg.URL))
@@ -157,7 +169,7 @@ func HTTP(cfg HTTPConfig) (consumer.Handler, error) {
 	// answer echoes: they end up in logs and dead-letter headers.
 	shown := redactURL(target)
 	secrets := cfg.Secrets()
-	return func(ctx context.Context, _ pgx.Tx, ev *consumer.Event) error {
+	return func(ctx context.Context, ev *consumer.Event) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(ev.Payload))
 		if err != nil {
 			return consumer.Permanent(err)
