@@ -90,10 +90,16 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	var db DatabaseConn
 	if prob == nil {
 		s.databaseURL = val
 		s.addSecret(val.value, true)
-		err = r.dropTable(ctx, obj, val.value, table)
+		if db, prob, err = r.databaseConn(ctx, s, val.value); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if prob == nil {
+		err = r.dropTable(ctx, obj, db, table)
 		var own *dedup.OwnershipError
 		switch {
 		case err == nil:
@@ -126,8 +132,8 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 	return ctrl.Result{RequeueAfter: r.backoff.next(key)}, nil
 }
 
-func (r *IdempotentConsumerReconciler) dropTable(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, databaseURL string, table dedup.Table) error {
-	store, err := r.Stores.Open(ctx, databaseURL, table)
+func (r *IdempotentConsumerReconciler) dropTable(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, db DatabaseConn, table dedup.Table) error {
+	store, err := r.Stores.Open(ctx, db, table)
 	if err != nil {
 		return err
 	}
