@@ -21,7 +21,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -76,23 +78,101 @@ func (e *InvalidCAError) Error() string {
 // postgres:// URI or libpq keyword/value pairs. The URI-only ssl=true is
 // reported as the sslmode "ssl=true".
 func explicitSSL(conn string) (mode, rootcert string, err error) {
-	if strings.HasPrefix(conn, "postgres://") || strings.HasPrefix(conn, "postgresql://") {
-		u, err := url.Parse(conn)
+	if rest, ok := cutScheme(conn); ok {
+		mode, rootcert, err = uriSSL(rest)
 		if err != nil {
 			return "", "", &InvalidURLError{}
 		}
-		q := u.Query()
-		mode = q.Get("sslmode")
-		if mode == "" && q.Get("ssl") != "" {
-			mode = "ssl=" + q.Get("ssl")
-		}
-		return mode, q.Get("sslrootcert"), nil
+		return mode, rootcert, nil
 	}
 	kv, err := keywordValues(conn)
 	if err != nil {
 		return "", "", &InvalidURLError{}
 	}
 	return kv["sslmode"], kv["sslrootcert"], nil
+}
+
+// cutScheme strips the postgres:// or postgresql:// of a URI.
+func cutScheme(conn string) (string, bool) {
+	if rest, ok := strings.CutPrefix(conn, "postgresql://"); ok {
+		return rest, true
+	}
+	return strings.CutPrefix(conn, "postgres://")
+}
+
+// uriQuery finds the query of a URI (after its scheme) as libpq and pgx
+// do, not as net/url would: the userinfo ends at the first '@' before any
+// '/' (so an unencoded '?' or '#' in a password stays in it), bracketed
+// IPv6 hosts may hold any character, and '#' is no fragment. It returns the
+// index of the '?' in p, or -1.
+func uriQuery(p string) int {
+	start := 0
+	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
+		start = i + 1
+	}
+	for i := start; i < len(p); i++ {
+		switch p[i] {
+		case '[':
+			if j := strings.IndexByte(p[i:], ']'); j >= 0 {
+				i += j
+			}
+		case '/':
+			if k := strings.IndexByte(p[i:], '?'); k >= 0 {
+				return i + k
+			}
+			return -1
+		case '?':
+			return i
+		}
+	}
+	return -1
+}
+
+// uriSSL reads sslmode and sslrootcert from a URI (after its scheme) as
+// pgx does: each query parameter is key=value with both halves
+// percent-decoded and trimmed of spaces, the last occurrence wins, and
+// ssl=true after the last sslmode stands for sslmode=require.
+func uriSSL(p string) (mode, rootcert string, err error) {
+	query := ""
+	if i := uriQuery(p); i >= 0 {
+		query = p[i+1:]
+	}
+	decode := func(raw string) (string, error) {
+		raw = strings.Trim(raw, " ")
+		if strings.Contains(raw, " ") {
+			return "", errors.New("space inside a URI component")
+		}
+		return url.PathUnescape(raw)
+	}
+	sslTrue, sslLast := false, false
+	for query != "" {
+		pair, rest, _ := strings.Cut(query, "&")
+		query = rest
+		rawKey, rawValue, found := strings.Cut(pair, "=")
+		if !found || strings.Contains(rawValue, "=") {
+			return "", "", errors.New("malformed URI query parameter")
+		}
+		key, err := decode(rawKey)
+		if err != nil {
+			return "", "", err
+		}
+		value, err := decode(rawValue)
+		if err != nil {
+			return "", "", err
+		}
+		switch key {
+		case "sslmode":
+			mode, sslLast = value, false
+		case "ssl":
+			sslTrue, sslLast = value == "true", true
+		case "sslrootcert":
+			rootcert = value
+		}
+	}
+	if sslTrue && sslLast {
+		mode = "ssl=true"
+	}
+	return mode, rootcert, nil
 }
 
 // keywordValues splits a libpq keyword/value connection string: keyword =
@@ -150,22 +230,30 @@ func keywordValues(s string) (map[string]string, error) {
 
 // withSSLMode returns conn with sslmode=mode added; conn sets no sslmode.
 func withSSLMode(conn, mode string) string {
-	if strings.HasPrefix(conn, "postgres://") || strings.HasPrefix(conn, "postgresql://") {
-		base, frag, _ := strings.Cut(conn, "#")
-		sep := "?"
-		if strings.Contains(base, "?") {
-			sep = "&"
-			if strings.HasSuffix(base, "?") || strings.HasSuffix(base, "&") {
-				sep = ""
-			}
+	if rest, ok := cutScheme(conn); ok {
+		i := uriQuery(rest)
+		switch {
+		case i < 0:
+			return conn + "?sslmode=" + mode
+		case i == len(rest)-1 || strings.HasSuffix(rest, "&"):
+			return conn + "sslmode=" + mode
 		}
-		out := base + sep + "sslmode=" + mode
-		if frag != "" {
-			out += "#" + frag
-		}
-		return out
+		return conn + "&sslmode=" + mode
 	}
-	return strings.TrimRight(conn, " \t\n\r\v\f") + " sslmode=" + mode
+	// Written again from its parsed form rather than appended to: a
+	// trailing "key=" or backslash would swallow an appended pair.
+	kv, err := keywordValues(conn)
+	if err != nil {
+		return conn // parsePoolConfig reports it
+	}
+	kv["sslmode"] = mode
+	keys := slices.Sorted(maps.Keys(kv))
+	quote := strings.NewReplacer(`\`, `\\`, `'`, `\'`)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"='"+quote.Replace(kv[k])+"'")
+	}
+	return strings.Join(parts, " ")
 }
 
 // parsePoolConfig parses a database connection into a pool configuration.

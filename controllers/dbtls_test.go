@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
@@ -42,6 +43,10 @@ func TestExplicitSSL(t *testing.T) {
 		{"postgresql://u:p%40x@h1:5432,h2:5432/db?target_session_attrs=read-write&sslmode=require", "require", ""},
 		{"postgres://u:p@h/db?ssl=true", "ssl=true", ""},
 		{"postgres://u:p@h/db?sslrootcert=/x/ca.crt", "", "/x/ca.crt"},
+		{"postgres://u:p?sslmode=disable@h/db", "", ""},
+		{"postgres://u:p@h/db?sslmode=verify-full&ssl=true", "ssl=true", ""},
+		{"postgres://u:p@h/db?ssl=true&sslmode=verify-ca", "verify-ca", ""},
+		{"postgres://h/db?sslmode=%76erify-full ", "verify-full", ""},
 		{"host=h user=u password='a b\\' sslmode=disable' dbname=db", "", ""},
 		{"host=h sslmode = verify-ca  sslrootcert='/a b/ca.crt'", "verify-ca", "/a b/ca.crt"},
 		{"host=h sslmode=prefer sslmode=verify-full", "verify-full", ""},
@@ -52,7 +57,7 @@ func TestExplicitSSL(t *testing.T) {
 			t.Errorf("explicitSSL(%q) = %q, %q, %v; want %q, %q", tc.conn, mode, rootcert, err, tc.mode, tc.rootcert)
 		}
 	}
-	for _, bad := range []string{"host=h password='open", "host", "postgres://u:p@[::1/db"} {
+	for _, bad := range []string{"host=h password='open", "host", "postgres://u:p@h/db?sslmode", "postgres://h/db?sslmode=a=b", "postgres://h/?x=%zz"} {
 		if _, _, err := explicitSSL(bad); !errors.As(err, new(*InvalidURLError)) {
 			t.Errorf("explicitSSL(%q): err %v, want *InvalidURLError", bad, err)
 		}
@@ -64,8 +69,12 @@ func TestWithSSLMode(t *testing.T) {
 		"postgres://h/db":             "postgres://h/db?sslmode=verify-full",
 		"postgres://h/db?x=1":         "postgres://h/db?x=1&sslmode=verify-full",
 		"postgres://h/db?":            "postgres://h/db?sslmode=verify-full",
-		"host=h dbname=db ":           "host=h dbname=db sslmode=verify-full",
-		"postgresql://h/db?a=b#frag":  "postgresql://h/db?a=b&sslmode=verify-full#frag",
+		"host=h dbname=db ":           "dbname='db' host='h' sslmode='verify-full'",
+		`host=h password=a\'b\\ x=`:   `host='h' password='a\'b\\' sslmode='verify-full' x=''`,
+		"postgresql://h/db?a=b#frag":  "postgresql://h/db?a=b#frag&sslmode=verify-full",
+		"postgres://u:p?w#d@h/db":     "postgres://u:p?w#d@h/db?sslmode=verify-full",
+		"postgres://u:p@[::1]:5/db?":  "postgres://u:p@[::1]:5/db?sslmode=verify-full",
+		"postgres://h?a=b":            "postgres://h?a=b&sslmode=verify-full",
 		"postgres://h1,h2/db?a=b&c=d": "postgres://h1,h2/db?a=b&c=d&sslmode=verify-full",
 	} {
 		if got := withSSLMode(in, "verify-full"); got != want {
@@ -273,4 +282,72 @@ func TestBuildDeploymentDatabaseCA(t *testing.T) {
 		t.Errorf("secretRefs %v: the CA must be watched and hashed", refs)
 	}
 	assertRestricted(t, pod)
+}
+
+// FuzzExplicitSSL: wherever pgx parses a connection string, explicitSSL
+// parses it too and reads the sslmode pgx applies (checked through the
+// shape of pgx's TLS configuration), so a CA is never paired with a mode
+// the operator misread.
+func FuzzExplicitSSL(f *testing.F) {
+	for _, s := range []string{
+		"host=h sslmode=disable", "host=h sslmode='verify-full'", "host=h password='a\\'b sslmode=disable' sslmode=require",
+		"host=h sslmode=prefer sslmode=verify-full", "postgres://u:p@h/db?sslmode=verify-ca", "postgres://h/db",
+		"host=h\tsslmode=allow", "host = h sslmode = verify-full ", "host=h password=a\\ b",
+		"postgres://u:p?w#d@h/db", "postgres://h?a=b", "postgres://u@[::1]:5/db?", "postgres://h/db?x=1&", "host=h dbname=db\\",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if strings.Contains(s, "sslrootcert") || strings.Contains(s, "service") || strings.Contains(s, "passfile") ||
+			strings.Contains(s, "sslcert") || strings.Contains(s, "sslkey") || strings.Contains(s, "sslnegotiation") {
+			return // file reads and modes that rewrite sslmode
+		}
+		cfg, err := pgconn.ParseConfig(s)
+		if err != nil || strings.HasPrefix(cfg.Host, "/") {
+			return // a Unix socket never uses TLS
+		}
+		mode, _, err := explicitSSL(s)
+		if err != nil {
+			t.Fatalf("pgx parses %q, explicitSSL does not: %v", s, err)
+		}
+		tlsc := cfg.TLSConfig
+		var shape string
+		switch {
+		case tlsc == nil && len(cfg.Fallbacks) > 0 && cfg.Fallbacks[0].TLSConfig != nil:
+			shape = "allow"
+		case tlsc == nil:
+			shape = "disable"
+		case !tlsc.InsecureSkipVerify:
+			shape = "verify-full"
+		case tlsc.VerifyPeerCertificate != nil:
+			shape = "verify-ca"
+		case len(cfg.Fallbacks) > 0 && cfg.Fallbacks[0].TLSConfig == nil:
+			shape = "prefer"
+		default:
+			shape = "require"
+		}
+		want := mode
+		switch mode {
+		case "":
+			want = "prefer"
+		case "ssl=true":
+			want = "require"
+		}
+		if shape != want && !(shape == "disable" && want == "allow") {
+			t.Fatalf("%q: explicitSSL read sslmode %q, pgx applies %s", s, mode, shape)
+		}
+		if mode != "" {
+			return
+		}
+		// withSSLMode adds verify-full and changes nothing else.
+		s2 := withSSLMode(s, "verify-full")
+		cfg2, err := pgconn.ParseConfig(s2)
+		if err != nil {
+			t.Fatalf("%q parses, %q does not: %v", s, s2, err)
+		}
+		if cfg2.TLSConfig == nil || cfg2.TLSConfig.InsecureSkipVerify || cfg2.Host != cfg.Host || cfg2.Port != cfg.Port ||
+			cfg2.Database != cfg.Database || cfg2.User != cfg.User || cfg2.Password != cfg.Password || len(cfg2.RuntimeParams) != len(cfg.RuntimeParams) {
+			t.Fatalf("%q became %q: host %q/%q db %q/%q user %q/%q params %v/%v", s, s2, cfg.Host, cfg2.Host, cfg.Database, cfg2.Database, cfg.User, cfg2.User, cfg.RuntimeParams, cfg2.RuntimeParams)
+		}
+	})
 }
