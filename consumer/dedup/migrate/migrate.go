@@ -103,7 +103,8 @@ type Config struct {
 	// it with RemoveSyncTrigger once nothing writes the legacy table.
 	SyncTrigger bool
 	// Skipped, when set, receives a CSV line (event_id, consumer_group,
-	// processed_at, reason) for every legacy row not copied.
+	// processed_at, reason) for every legacy row not copied. A dry run
+	// writes nothing to it.
 	Skipped io.Writer
 
 	// Now is the clock (default time.Now).
