@@ -18,6 +18,8 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -68,8 +70,16 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 	}
 	s.databaseURL = val
 	s.addSecret(val.value, true)
+	db, prob, err := r.databaseConn(ctx, s, val.value)
+	if err != nil {
+		return err
+	}
+	if prob != nil {
+		r.databaseNotReady(ctx, s, prob.reason, prob.message, false)
+		return nil
+	}
 
-	store, err := r.Stores.Open(ctx, val.value, table)
+	store, err := r.Stores.Open(ctx, db, table)
 	if err != nil {
 		r.databaseFailure(ctx, s, err)
 		return nil
@@ -158,6 +168,29 @@ func (r *IdempotentConsumerReconciler) ensureTable(ctx, dctx context.Context, s 
 		log.FromContext(ctx).Info("Adopted table", "table", own.Table, "previousOwner", from, "partitions", len(res.Partitions))
 	}
 	return nil
+}
+
+// databaseConn adds the CA of spec.database.caSecretRef, if any, to the
+// database URL. A missing Secret or key, or a value without a PEM
+// certificate, is a problem for status.
+func (r *IdempotentConsumerReconciler) databaseConn(ctx context.Context, s *reconcileState, databaseURL string) (DatabaseConn, *problem, error) {
+	db := DatabaseConn{URL: databaseURL}
+	ref := s.obj.Spec.Database.CASecretRef
+	if ref == nil {
+		return db, nil, nil
+	}
+	v, prob, err := r.secretKey(ctx, s, *ref)
+	if err != nil || prob != nil {
+		if prob != nil {
+			prob = &problem{prob.reason, "Cannot read the PostgreSQL CA (spec.database.caSecretRef): " + prob.message}
+		}
+		return db, prob, err
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM([]byte(v.value)) {
+		return db, &problem{kafkav1alpha1.ReasonInvalidDatabaseCA, (&InvalidCAError{Name: ref.Name, Key: ref.Key}).Error()}, nil
+	}
+	db.CA = []byte(v.value)
+	return db, nil, nil
 }
 
 // tableOf is the dedup table an object declares.
@@ -282,13 +315,19 @@ func classifyDatabaseError(err error) (reason string, transient bool) {
 	var (
 		pgErr  *pgconn.PgError
 		urlErr *InvalidURLError
+		tlsErr *DatabaseTLSError
+		verErr *tls.CertificateVerificationError
 		layout *dedup.LayoutError
 		lock   *dedup.LockError
 		netErr net.Error
 	)
 	switch {
-	case errors.As(err, &urlErr):
+	case errors.As(err, &urlErr), errors.As(err, &tlsErr):
 		return kafkav1alpha1.ReasonInvalidURL, false
+	case errors.As(err, &verErr):
+		// Retried: a renewed server certificate or a CA Secret being
+		// rotated can fix it without a change to the object.
+		return kafkav1alpha1.ReasonCertificateRejected, true
 	case errors.As(err, &layout):
 		return kafkav1alpha1.ReasonTableLayoutMismatch, false
 	case errors.Is(err, dedup.ErrInvalidIdentifier):
@@ -325,6 +364,8 @@ func describeDatabaseError(reason string, err error) string {
 	switch reason {
 	case kafkav1alpha1.ReasonInvalidURL:
 		return err.Error()
+	case kafkav1alpha1.ReasonCertificateRejected:
+		return "The PostgreSQL server's certificate did not verify (check spec.database.caSecretRef, or the system roots without one, and that the certificate names the host in the URL; sslmode=verify-ca skips the name check): " + err.Error()
 	case kafkav1alpha1.ReasonAuthenticationFailed:
 		return "The database refused the credentials in the database URL Secret (authentication failed); fix the Secret or the role: " + err.Error()
 	case kafkav1alpha1.ReasonDatabaseNotFound:

@@ -98,37 +98,44 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if prob != nil {
-		// Without the Secret the operator cannot reach the database, and
-		// waiting would block the deletion for good: in a terminating
-		// namespace nothing can recreate the Secret. The table is kept (the
-		// safe outcome, as with Retain) and named, and deletion goes on. In
-		// a terminating namespace the API server refuses the Event; the log
-		// line is the record there.
+	var db DatabaseConn
+	if prob == nil {
+		s.databaseURL = val
+		s.addSecret(val.value, true)
+		if db, prob, err = r.databaseConn(ctx, s, val.value); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if prob != nil && (prob.reason == kafkav1alpha1.ReasonSecretNotFound || prob.reason == kafkav1alpha1.ReasonSecretKeyMissing) {
+		// Without the URL (or CA) Secret the operator cannot reach the
+		// database, and waiting would block the deletion for good: in a
+		// terminating namespace nothing can recreate the Secret. The table is
+		// kept (the safe outcome, as with Retain) and named, and deletion goes
+		// on. In a terminating namespace the API server refuses the Event; the
+		// log line is the record there.
 		msg := fmt.Sprintf("Table %s was kept, not dropped: %s, so the operator cannot reach the database. Deletion goes on; drop the table by hand if it is no longer needed",
 			table, prob.message)
 		r.event(obj, corev1.EventTypeWarning, ReasonTableKept, "Delete", msg)
-		log.FromContext(ctx).Info("Table kept: its database URL Secret is gone", "table", table.String(), "reason", prob.reason,
-			"secret", obj.Spec.Database.URLSecretRef.Name)
+		log.FromContext(ctx).Info("Table kept: a Secret it needs is gone", "table", table.String(), "reason", prob.reason)
 		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
 	}
-	s.databaseURL = val
-	s.addSecret(val.value, true)
-	err = r.dropTable(ctx, obj, val.value, table)
-	var own *dedup.OwnershipError
-	switch {
-	case err == nil:
-		r.event(obj, corev1.EventTypeNormal, "TableDropped", "Delete", fmt.Sprintf("Dropped table %s (deletionPolicy Delete)", table))
-		log.FromContext(ctx).Info("Dropped table", "table", table.String())
-		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
-	case errors.As(err, &own):
-		msg := fmt.Sprintf("Table %s was not dropped: it is not this object's (owner %q); left in place", table, own.Owner)
-		r.event(obj, corev1.EventTypeWarning, kafkav1alpha1.ReasonTableNotOwned, "Delete", msg)
-		log.FromContext(ctx).Info("Table not dropped: not ours", "table", table.String(), "owner", own.Owner)
-		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
+	if prob == nil {
+		err = r.dropTable(ctx, obj, db, table)
+		var own *dedup.OwnershipError
+		switch {
+		case err == nil:
+			r.event(obj, corev1.EventTypeNormal, "TableDropped", "Delete", fmt.Sprintf("Dropped table %s (deletionPolicy Delete)", table))
+			log.FromContext(ctx).Info("Dropped table", "table", table.String())
+			return ctrl.Result{}, r.removeFinalizer(ctx, obj)
+		case errors.As(err, &own):
+			msg := fmt.Sprintf("Table %s was not dropped: it is not this object's (owner %q); left in place", table, own.Owner)
+			r.event(obj, corev1.EventTypeWarning, kafkav1alpha1.ReasonTableNotOwned, "Delete", msg)
+			log.FromContext(ctx).Info("Table not dropped: not ours", "table", table.String(), "owner", own.Owner)
+			return ctrl.Result{}, r.removeFinalizer(ctx, obj)
+		}
+		reason, _ := classifyDatabaseError(err)
+		prob = &problem{reason, describeDatabaseError(reason, err)}
 	}
-	reason, _ := classifyDatabaseError(err)
-	prob = &problem{reason, describeDatabaseError(reason, err)}
 
 	// Could not drop: say why and try again later.
 	msg := s.scrub(fmt.Sprintf("Waiting to drop table %s before deletion completes (set deletionPolicy to Retain to skip): %s", table, prob.message))
@@ -146,8 +153,8 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 	return ctrl.Result{RequeueAfter: r.backoff.next(key)}, nil
 }
 
-func (r *IdempotentConsumerReconciler) dropTable(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, databaseURL string, table dedup.Table) error {
-	store, err := r.Stores.Open(ctx, databaseURL, table)
+func (r *IdempotentConsumerReconciler) dropTable(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, db DatabaseConn, table dedup.Table) error {
+	store, err := r.Stores.Open(ctx, db, table)
 	if err != nil {
 		return err
 	}

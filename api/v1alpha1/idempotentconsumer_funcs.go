@@ -73,6 +73,8 @@ const (
 	ReasonSecretNotFound       = "SecretNotFound"
 	ReasonSecretKeyMissing     = "SecretKeyMissing"
 	ReasonInvalidURL           = "InvalidDatabaseURL"
+	ReasonInvalidDatabaseCA    = "InvalidDatabaseCA"
+	ReasonCertificateRejected  = "DatabaseCertificateRejected"
 	ReasonDatabaseUnreachable  = "DatabaseUnreachable"
 	ReasonAuthenticationFailed = "AuthenticationFailed"
 	ReasonDatabaseNotFound     = "DatabaseNotFound"

@@ -45,7 +45,10 @@ type Postgres struct {
 	exited   chan struct{}
 	logPath  string
 	settings []string
-	mu       sync.Mutex
+	// afterInit runs after initdb, before the first start (e.g. WithTLS
+	// writing its certificate files into the cluster directory).
+	afterInit []func(*Postgres) error
+	mu        sync.Mutex
 }
 
 // PostgresOption configures StartPostgres.
@@ -90,6 +93,12 @@ func StartPostgres(opts ...PostgresOption) (*Postgres, error) {
 	if err := pg.initdb(); err != nil {
 		pg.removeDir()
 		return nil, err
+	}
+	for _, f := range pg.afterInit {
+		if err := f(pg); err != nil {
+			pg.removeDir()
+			return nil, err
+		}
 	}
 	if err := pg.Start(); err != nil {
 		pg.removeDir()
