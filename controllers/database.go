@@ -97,7 +97,32 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 	s.databaseOK = true
 	obj.SetCondition(kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionTrue, kafkav1alpha1.ReasonDatabaseReady,
 		fmt.Sprintf("Table %s exists and carries this object's ownership marker", table))
+	r.reportDurability(ctx, dctx, s, store)
 	return nil
+}
+
+// reportDurability sets DatabaseDurable from what the server says about
+// synchronous_commit and its standbys. A warning only: it never changes Ready,
+// since the consumer repairs lost commits from Kafka (positions table).
+func (r *IdempotentConsumerReconciler) reportDurability(ctx, dctx context.Context, s *reconcileState, store TableStore) {
+	d, err := store.Durability(dctx)
+	if err != nil {
+		r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionUnknown,
+			kafkav1alpha1.ReasonDurabilityUnknown, "Reading synchronous_commit and pg_stat_replication failed: "+err.Error())
+		return
+	}
+	risks := d.Risks()
+	if len(risks) == 0 {
+		r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionTrue, kafkav1alpha1.ReasonDurable,
+			fmt.Sprintf("synchronous_commit=%s; %d standby(s), none asynchronous", d.SynchronousCommit, len(d.Standbys)))
+		return
+	}
+	msgs := make([]string, len(risks))
+	for i, rk := range risks {
+		msgs[i] = rk.Message
+	}
+	r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionFalse, risks[0].Reason,
+		strings.Join(msgs, "; ")+"; the consumer redoes lost batches from Kafka (positions table) while the topic still holds them")
 }
 
 // ReasonTableAdopted is the reason of the Normal Event recorded when an

@@ -46,6 +46,9 @@ type TableStore interface {
 	Maintain(ctx context.Context, now time.Time, premake int, retention time.Duration) (dedup.Result, error)
 	// DropTable drops the table if its marker names owner.
 	DropTable(ctx context.Context, owner string) error
+	// Durability reads synchronous_commit and the standbys, for the
+	// DatabaseDurable condition.
+	Durability(ctx context.Context) (dedup.Durability, error)
 }
 
 // StoreOpener returns the TableStore for a table in the database a
