@@ -40,6 +40,12 @@ type item struct {
 	// transaction is redone without calling it again, and the event takes
 	// the handler_failed policy with this error text.
 	poison string
+	// ownRow is set when a handler of an earlier event ended the batch
+	// transaction before this event's handler ran: had it sent COMMIT, the
+	// dedup row the runtime inserted for this event is committed, without
+	// the event's effect. The redo then takes that row for this event's
+	// own, not for an earlier processing, and runs the handler.
+	ownRow bool
 }
 
 // infraError marks a failure of the database (or of a dependency the handler
@@ -111,6 +117,9 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 				w.guard.safe = true
 				if re.poison != nil {
 					re.poison.poison = re.poisonText
+					if errors.Is(re.err, errTxEnded) {
+						markOwnRows(part, re.poison)
+					}
 				}
 				w.log.Debug("batch transaction given up; redoing it with a savepoint round trip per event", "err", redactErr(re.err, c.secrets...))
 				continue
@@ -179,6 +188,21 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 	}
 	w.count(items)
 	return next, nil
+}
+
+// markOwnRows flags the events of part after poison whose handlers had not
+// run when poison's handler ended the transaction, and whose ids were fresh
+// in it (see item.ownRow); it clears the flag of the others, whose rows, if
+// committed, hold their effects.
+func markOwnRows(part []item, poison *item) {
+	after := false
+	for i := range part {
+		it := &part[i]
+		it.ownRow = after && it.decoded && it.state == stPending && it.ev.Deduplicated
+		if it == poison {
+			after = true
+		}
+	}
 }
 
 // pause waits d; false if the generation ended or shutdown timed out first.
@@ -279,7 +303,7 @@ func (w *worker) transact(items []item) error {
 				default:
 					it.state = stRejected
 				}
-			case !res.Fresh[k]:
+			case !res.Fresh[k] && !it.ownRow:
 				it.state = stDuplicate
 			}
 		}
