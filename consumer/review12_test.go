@@ -2,6 +2,8 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,5 +52,89 @@ func TestHandlerCommitLosesNoLaterEvent(t *testing.T) {
 			// not run and must take effect now, each exactly once.
 			assertEffectAndDedupRow(t, e, ids, []bool{true, true, true, true})
 		})
+	}
+}
+
+// TestLostPartOfSplitBatchIsRedone: a batch committed in several
+// transactions (here split because a deferred constraint refused the
+// commit) checks each transaction's position against the one this worker
+// recorded last, including the batch's own earlier parts. The test makes
+// the database lose the first part after it committed, as a failover to an
+// asynchronous standby does, before the next part's transaction runs:
+// before the fix the next part compared the database's position with the
+// one recorded before the batch, found nothing behind, and committed the
+// offset past the lost part, whose effects never came back.
+func TestLostPartOfSplitBatchIsRedone(t *testing.T) {
+	e := newEnv(t)
+	e.dumpLogsOnFailure(t)
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE parent (id int PRIMARY KEY);
+		INSERT INTO parent VALUES (1);
+		CREATE TABLE child (event_id uuid NOT NULL, parent_id int NOT NULL
+			REFERENCES parent DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatal(err)
+	}
+	ids := []uuid.UUID{newID(t), newID(t), newID(t), newID(t)}
+	var msgs []kafka.Message
+	for _, id := range ids {
+		msgs = append(msgs, event(id, 0, ""))
+	}
+	e.kafka.Produce(t, e.topic, msgs...)
+
+	// The first attempt of the whole batch is refused at COMMIT (offset 3's
+	// row), so the runtime commits offsets 0-1 alone, then tries 2-3. The
+	// first call of offset 2's handler in that second part makes the
+	// database lose part 0-1 (once the part's transaction is rolled back
+	// and no longer locks the position row) and fails as a dependency
+	// outage, so the part is retried after the loss.
+	var calls2 atomic.Int32
+	lost := make(chan error, 1)
+	h := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
+		parent := 1
+		if ev.Offset == 3 {
+			parent = 999 // no such parent: refused at COMMIT
+		}
+		if ev.Offset == 2 {
+			var committed int
+			if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM child WHERE event_id = ANY($1)`, ids[:2]).Scan(&committed); err != nil {
+				return err
+			}
+			if committed == 2 && calls2.Add(1) == 1 {
+				go func() {
+					_, err := e.pool.Exec(context.Background(), `
+						WITH p AS (UPDATE processed_event_offsets SET next_offset = 0 WHERE kafka_partition = 0),
+						     d AS (DELETE FROM processed_event WHERE event_id = ANY($1))
+						DELETE FROM child WHERE event_id = ANY($1)`, ids[:2])
+					lost <- err
+				}()
+				return consumer.Unavailable(errors.New("dependency outage"))
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO child (event_id, parent_id) VALUES ($1, $2)`, ev.ID, parent)
+		return err
+	}
+	e.start(e.config(func(c *consumer.Config) { c.HandlerMaxAttempts = 1 }), h)
+	e.waitCaughtUp(t, 30*time.Second)
+	select {
+	case err := <-lost:
+		if err != nil {
+			t.Fatalf("simulating the loss: %v", err)
+		}
+	default:
+		t.Fatal("the loss of the first part was never simulated")
+	}
+	for i, id := range ids {
+		var rows, dedupRows int
+		if err := e.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM child WHERE event_id = $1),
+			(SELECT count(*) FROM processed_event WHERE event_id = $1)`, id).Scan(&rows, &dedupRows); err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		if i == 3 {
+			want = 0
+		}
+		if rows != want || dedupRows != want {
+			t.Errorf("event at offset %d: %d rows and %d dedup rows, want %d and %d", i, rows, dedupRows, want, want)
+		}
 	}
 }
