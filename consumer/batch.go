@@ -101,6 +101,11 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
 			}
 			w.guard.committed(c.cfg.BatchSize)
+			if !c.hooks.disableDedup {
+				// The part recorded its position: the next part's check
+				// must find the database behind if it lost this one.
+				w.dbPos = part[len(part)-1].msg.Offset + 1
+			}
 			if split > 0 {
 				split *= 2 // the refused record is behind us, or still ahead: either way, bisect
 			}
