@@ -138,3 +138,58 @@ func TestLostPartOfSplitBatchIsRedone(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerCommitAndChainLosesNoLaterEvent: COMMIT AND CHAIN (or COMMIT;
+// BEGIN) sent by a handler commits the dedup rows of every event of the
+// transaction and leaves a transaction open, so nothing looks ended; the
+// next event's RELEASE then finds the savepoint gone. The events after the
+// chaining one must still take effect, and a later failing one must still be
+// dead-lettered: before the fix the redo took them all for duplicates. In
+// "safe mode" the transaction was already redone once (offset 0's first
+// call fails to prepare), so the savepoints run in round trips of their own.
+func TestHandlerCommitAndChainLosesNoLaterEvent(t *testing.T) {
+	for _, safe := range []bool{false, true} {
+		name := "pipelined"
+		if safe {
+			name = "safe mode"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			e.dumpLogsOnFailure(t)
+			ids := []uuid.UUID{newID(t), newID(t), newID(t), newID(t)}
+			var msgs []kafka.Message
+			for _, id := range ids {
+				msgs = append(msgs, event(id, 0, ""))
+			}
+			e.kafka.Produce(t, e.topic, msgs...)
+			var first atomic.Bool
+			first.Store(safe)
+			h := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
+				switch ev.Offset {
+				case 0:
+					if first.CompareAndSwap(true, false) {
+						_, err := tx.Exec(ctx, `INSERT INTO effect (event_id, no_such_column) VALUES ($1, 1)`, ev.ID)
+						return err
+					}
+				case 3:
+					return consumer.Permanent(errors.New("event 3 is bad"))
+				}
+				if err := effectWithArgs(ctx, tx, ev); err != nil {
+					return err
+				}
+				if ev.Offset == 1 {
+					_, err := tx.Exec(ctx, `COMMIT AND CHAIN`)
+					return err
+				}
+				return nil
+			}
+			e.start(e.config(func(c *consumer.Config) { c.HandlerMaxAttempts = 1 }), h)
+			e.waitCaughtUp(t, 30*time.Second)
+			assertEffectAndDedupRow(t, e, ids, []bool{true, true, true, false})
+			dl := readAll(t, e.kafka.Brokers(), e.dlq, 0, 1, 5*time.Second)
+			if len(dl) != 1 || header(dl[0], consumer.HeaderDLQOriginalOffset) != "3" {
+				t.Fatalf("want one dead letter, for offset 3; got %d", len(dl))
+			}
+		})
+	}
+}
