@@ -364,6 +364,18 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 		if ctx.Err() != nil {
 			return errAbandoned
 		}
+		if et.opened {
+			sps.owner = it
+		}
+		if gone := errors.Join(et.failed, et.redo); gone != nil && savepointGone(gone) && sps.owner != nil {
+			// The previous savepoint vanished: the handler that ran with
+			// it ended the transaction and carried on in a new one (COMMIT
+			// AND CHAIN), or released it. Its COMMIT may have committed the
+			// dedup rows of this event and the later ones without their
+			// effects: redo the transaction without that handler, taking
+			// those rows for the events' own (markOwnRows).
+			return w.txEnded(sps.owner, fmt.Errorf("%w (the runtime's savepoint was gone after it returned)", errTxEnded), nil)
+		}
 		if et.failed != nil {
 			return &infraError{fmt.Errorf("opening the event's savepoint: %w", et.failed)}
 		}
@@ -391,12 +403,7 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 		}
 		if ended != nil {
 			// Redo the transaction without calling this handler again.
-			c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
-			text := ended.Error()
-			if err != nil {
-				text += ": " + err.Error()
-			}
-			return &redoError{err: ended, poison: it, poisonText: redactText(text, c.secrets...)}
+			return w.txEnded(it, ended, err)
 		}
 		if pc.TxStatus() == 'E' {
 			// A statement failed: if the handler swallowed the error, it
@@ -419,6 +426,11 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 		}
 		if et.opened {
 			if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+et.savepoint()); rbErr != nil {
+				if savepointGone(rbErr) {
+					// This handler ended the transaction and went on in a
+					// new one, or released the savepoint (see above).
+					return w.txEnded(it, fmt.Errorf("%w (the runtime's savepoint was gone after it returned)", errTxEnded), err)
+				}
 				// The connection or transaction is gone: not the event's fault.
 				return &infraError{fmt.Errorf("handler failed and rolling back to its savepoint failed: %w", errors.Join(err, rbErr))}
 			}
@@ -433,6 +445,20 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 			return errAbandoned
 		}
 	}
+}
+
+// txEnded is the redo of a transaction that the handler of it ended
+// (ended wraps errTxEnded) or left unusable: it is not called again and
+// takes the handler_failed policy, with its own error err, if any, in the
+// text.
+func (w *worker) txEnded(it *item, ended, err error) error {
+	c := w.c
+	c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
+	text := ended.Error()
+	if err != nil {
+		text += ": " + err.Error()
+	}
+	return &redoError{err: ended, poison: it, poisonText: redactText(text, c.secrets...)}
 }
 
 // call runs the handler, turning a panic into an error.
