@@ -233,3 +233,63 @@ DELETE FROM processed_event WHERE event_id IN (SELECT event_id FROM gone)`); err
 		})
 	}
 }
+
+// TestExpiredKafkaOffsetsResumeFromDatabase: when Kafka no longer has the
+// group's offsets (they expire after offsets.retention.minutes of quiet, or
+// the group was deleted) the database's position is where the group goes on,
+// not the StartOffset policy: earliest would fetch the whole log again (and
+// turn every event older than the dedup window into an out-of-window dead
+// letter), latest would skip what arrived while no member ran.
+func TestExpiredKafkaOffsetsResumeFromDatabase(t *testing.T) {
+	for _, start := range []string{consumer.StartEarliest, consumer.StartLatest} {
+		t.Run(start, func(t *testing.T) {
+			e := newEnv(t, withPartitions(2))
+			e.dumpLogsOnFailure(t)
+			cfg := e.config(func(c *consumer.Config) { c.StartOffset = start; c.BatchSize = 5 })
+			var old []uuid.UUID
+			a := e.start(cfg, nil)
+			waitReady(t, a.c)
+			waitFor(t, 30*time.Second, "the first records to take effect", func() (bool, string) {
+				old = append(old, produceIDs(t, e, 2)...)
+				e.waitCaughtUp(t, 30*time.Second)
+				n := e.effectsOf(t, old)
+				return n == len(old) && len(old) >= 20, fmt.Sprintf("%d of %d", n, len(old))
+			})
+			if err := a.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			// Kafka forgets the group; the database keeps its positions.
+			client := &kafka.Client{Addr: kafka.TCP(e.kafka.Brokers()...), Timeout: 10 * time.Second}
+			waitFor(t, 30*time.Second, "the group to be deleted", func() (bool, string) {
+				resp, err := client.DeleteGroups(context.Background(), &kafka.DeleteGroupsRequest{GroupIDs: []string{e.group}})
+				if err != nil {
+					return false, err.Error()
+				}
+				if err := resp.Errors[e.group]; err != nil {
+					return false, err.Error()
+				}
+				return true, ""
+			})
+			if got, err := e.committed(context.Background()); err == nil && (got[0] != -1 || got[1] != -1) {
+				t.Fatalf("committed offsets after deleting the group: %v, want none", got)
+			}
+
+			later := produceIDs(t, e, 6) // while no member runs
+			b := e.start(cfg, nil)
+			waitFor(t, 30*time.Second, "the records produced while no member ran to take effect", func() (bool, string) {
+				n := e.effectsOf(t, later)
+				return n == len(later), fmt.Sprintf("%d of %d", n, len(later))
+			})
+			e.waitCaughtUp(t, 30*time.Second)
+			if n := metricValue(t, scrape(t, b.c), "idempotent_consumer_duplicates_skipped_total"); n != 0 {
+				t.Fatalf("%d old records fetched again and skipped as duplicates: the restart began before the database's position", n)
+			}
+			if rows, distinct := e.effects(t); rows != len(old)+len(later) || distinct != rows {
+				t.Fatalf("%d effect rows, %d distinct; want %d once each", rows, distinct, len(old)+len(later))
+			}
+			if err := b.stop(t); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
