@@ -171,7 +171,16 @@ install: manifests ## Install (or update) the CRD in the current kubeconfig's cl
 .PHONY: uninstall
 uninstall: ## Remove the CRD; refuses while any IdempotentConsumer exists (removing it deletes them all).
 	@k=$(kubectl); \
-	left="$$($$k get idempotentconsumers.kafka.idempotency.dev --all-namespaces --no-headers -o custom-columns=NS:.metadata.namespace,NAME:.metadata.name 2>/dev/null || true)"; \
+	if ! out="$$($$k get crd idempotentconsumers.kafka.idempotency.dev -o name 2>&1)"; then \
+		if [[ "$$out" == *NotFound* ]]; then echo "uninstall: the CRD is not installed"; exit 0; fi; \
+		echo "uninstall: refusing: cannot read the CRD: $$out" >&2; exit 1; \
+	fi; \
+	errf="$$(mktemp)"; trap 'rm -f "$$errf"' EXIT; \
+	if ! left="$$($$k get idempotentconsumers.kafka.idempotency.dev --all-namespaces --no-headers -o custom-columns=NS:.metadata.namespace,NAME:.metadata.name 2>"$$errf")"; then \
+		echo "uninstall: refusing: cannot list IdempotentConsumers, so cannot tell whether removing the CRD would delete some:" >&2; \
+		cat "$$errf" >&2; \
+		exit 1; \
+	fi; \
 	if [[ -n "$$left" ]]; then \
 		echo "uninstall: refusing: these IdempotentConsumers still exist, and removing the CRD would delete them (and their consumer Deployments):" >&2; \
 		echo "$$left" >&2; \

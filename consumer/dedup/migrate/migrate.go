@@ -1087,8 +1087,16 @@ BEGIN
 END`)
 	fn := syncFunction(cfg).Sanitize()
 	return legacyDDL(ctx, pool, cfg, src, "installing the sync trigger", func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $idempotency_sync$%s$idempotency_sync$", fn, body)); err != nil {
+		// SECURITY DEFINER: the legacy writers insert as roles of their
+		// own, with no right on the new table; as invoker the copy would
+		// fail into a WARNING nobody reads. So the function runs as this
+		// role, with a fixed search_path, and only this role may attach it
+		// (EXECUTE is checked when a trigger is created, not when it fires).
+		if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $idempotency_sync$%s$idempotency_sync$", fn, body)); err != nil {
 			return fmt.Errorf("creating the sync trigger function: %w", err)
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf("REVOKE EXECUTE ON FUNCTION %s() FROM PUBLIC", fn)); err != nil {
+			return fmt.Errorf("restricting the sync trigger function: %w", err)
 		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE OR REPLACE TRIGGER %s AFTER INSERT ON %s FOR EACH ROW EXECUTE FUNCTION %s()",
 			pgx.Identifier{SyncTriggerName}.Sanitize(), src.ident(), fn)); err != nil {
