@@ -35,11 +35,19 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/envvars"
+	"github.com/idempotency-dev/operator/consumer/version"
 )
 
-// DefaultConsumerImage is the ready-made consumer (cmd/consumer), used when
+// ConsumerRepository is the ready-made consumer's (cmd/consumer) image
+// repository.
+const ConsumerRepository = "ghcr.io/idempotency-dev/consumer"
+
+// DefaultConsumerImage is the ready-made consumer released with this build of
+// the operator (the two are released together from one tag), used when
 // neither spec.consumer.image nor the manager's --consumer-image is set.
-const DefaultConsumerImage = "ghcr.io/idempotency-dev/consumer:latest"
+// Never :latest, so that an operator does not run a consumer of another
+// release by accident.
+var DefaultConsumerImage = ConsumerRepository + ":" + version.Get().Version
 
 // Labels and annotations the builder sets.
 const (

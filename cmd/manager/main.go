@@ -41,11 +41,6 @@ import (
 	"github.com/idempotency-dev/operator/controllers"
 )
 
-// consumerRepository is the ready-made consumer's image repository; the
-// default --consumer-image is this with the manager's own version as its tag,
-// because the two binaries are released together from one tag.
-const consumerRepository = "ghcr.io/idempotency-dev/consumer"
-
 func main() {
 	var (
 		metricsAddr, probeAddr, metricsCertDir  string
@@ -64,7 +59,7 @@ func main() {
 	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; empty means the pod's namespace.")
 	build := version.Get()
 	flag.BoolVar(&printVersion, "version", false, "Print the version and exit.")
-	flag.StringVar(&opts.ConsumerImage, "consumer-image", consumerRepository+":"+build.Version,
+	flag.StringVar(&opts.ConsumerImage, "consumer-image", controllers.DefaultConsumerImage,
 		"Consumer image used when spec.consumer.image is empty; the default is the consumer released with this operator.")
 	flag.DurationVar(&opts.MaintenanceLead, "maintenance-lead", 5*time.Minute, "How long before a partition boundary maintenance runs.")
 	flag.DurationVar(&opts.MaxRequeue, "max-requeue", 24*time.Hour, "Longest wait between two reconciles of one object.")
