@@ -30,6 +30,8 @@ type Consumer struct {
 	inserter *dedup.Inserter
 	// positions is the group's positions table (positions.go).
 	positions *dedup.Positions
+	// mem is the process-wide memory budget (membudget.go).
+	mem *memBudget
 
 	mu      sync.Mutex
 	pool    *pgxpool.Pool
@@ -83,6 +85,9 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	c.metrics = m
+	if c.mem, err = newMemBudget(cfg.MemoryBudget, reg); err != nil {
+		return nil, err
+	}
 	c.health = newHealth(func(ready bool) {
 		if ready {
 			m.ready.Set(1)

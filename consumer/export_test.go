@@ -11,3 +11,6 @@ func SetAfterDBCommitHook(c *Consumer, fn func(partition int, next int64) error)
 
 // DisableDedup removes the dedup insert (benchmark baseline).
 func DisableDedup(c *Consumer) { c.hooks.disableDedup = true }
+
+// PeakInflightBytes is the highest value the inflight_bytes gauge has had.
+func PeakInflightBytes(c *Consumer) int64 { return c.mem.peak.Load() }
