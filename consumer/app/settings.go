@@ -65,6 +65,8 @@ var settings = []setting{
 	{ev.HandlerBackoffMax, consumer.DefaultHandlerBackoffMax.String(), "longest pause between sink attempts"},
 	{ev.RetryBackoffMax, consumer.DefaultRetryBackoffMax.String(), "longest pause between retries after a database or broker failure"},
 	{ev.ShutdownTimeout, consumer.DefaultShutdownTimeout.String(), "on SIGTERM, how long the batches in flight get to finish and commit"},
+	{ev.Ordering, "", "which records of a partition the http sink sends concurrently: Key (default: same key in offset order), Partition or Unordered; the sql sink accepts only Partition"},
+	{ev.MaxInFlight, "", "http sink: most requests in flight across all partitions (default 64)"},
 	{ev.PolicyNotJSON, string(consumer.PolicyDeadLetter), "policy for not_json: DeadLetter, Skip or Stop"},
 	{ev.PolicyMissingID, string(consumer.PolicyDeadLetter), "policy for missing_id"},
 	{ev.PolicyInvalidUUID, string(consumer.PolicyDeadLetter), "policy for invalid_uuid"},
@@ -75,6 +77,7 @@ var settings = []setting{
 	{ev.ListenAddr, ":8080", "address for /healthz, /readyz and /metrics (empty: no server)"},
 	{ev.LogLevel, "info", "log level: debug, info, warn or error"},
 	{ev.LogFormat, "json", "log format: json or text"},
+	{ev.MemoryLimit, "", "the container's memory limit in bytes (the operator passes limits.memory): sets the Go memory limit to 80% of it unless GOMEMLIMIT is set, and the records in flight to 50% (empty: unbounded)"},
 	{ev.Sink, "", "what to do with each new event: http, sql, log or none (required)"},
 	{ev.SinkHTTPURL, "", "http sink: URL to POST each event to"},
 	{ev.SinkHTTPTimeout, sink.DefaultHTTPTimeout.String(), "http sink: request timeout"},
@@ -108,7 +111,24 @@ type Options struct {
 	LogLevel   slog.Level
 	LogFormat  string
 	Secrets    []string // values to keep out of logs
+	// MemoryLimit is the container's memory limit in bytes (0: none given);
+	// GoMemLimitSet says GOMEMLIMIT is set, which then wins over it.
+	MemoryLimit   int64
+	GoMemLimitSet bool
 }
+
+// The shares of CONSUMER_MEMORY_LIMIT, in percent: the Go runtime's soft
+// memory limit (debug.SetMemoryLimit), and the consumer's memory budget for
+// records (Config.MemoryBudget). The rest of the limit is the remaining heap
+// (decoded events, the handler's allocations, buffers), the goroutine stacks
+// and the garbage the collector has not yet returned.
+const (
+	GoMemLimitPercent   = 80
+	MemoryBudgetPercent = 50
+)
+
+// percentOf is p% of n without overflow.
+func percentOf(n, p int64) int64 { return n/100*p + n%100*p/100 }
 
 // values resolves every setting: flag, else environment, else default.
 type values struct {
@@ -190,7 +210,9 @@ func Parse(args []string, getenv func(string) string, usage io.Writer) (Options,
 		}
 		v.m[s.env] = strings.TrimSpace(val)
 	}
-	return build(v)
+	o, err := build(v)
+	o.GoMemLimitSet = getenv("GOMEMLIMIT") != ""
+	return o, err
 }
 
 func build(v *values) (Options, error) {
@@ -255,6 +277,16 @@ func build(v *values) (Options, error) {
 			continue
 		}
 		c.Policies[r] = p
+	}
+
+	if s := v.str(ev.MemoryLimit); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			v.fail(ev.MemoryLimit, "%q is not a number of bytes (the downward API's limits.memory)", s)
+		} else {
+			o.MemoryLimit = n
+			c.MemoryBudget = percentOf(n, MemoryBudgetPercent)
+		}
 	}
 
 	o.ListenAddr = v.str(ev.ListenAddr)
@@ -351,6 +383,7 @@ var configFields = map[string]string{
 	"DatabaseMaxConns": ev.DatabaseMaxConns, "Table": ev.TableName, "BatchSize": ev.BatchMaxMessages,
 	"BatchWait": ev.BatchMaxWait, "Envelope": ev.Envelope, "HandlerMaxAttempts": ev.HandlerMaxAttempts,
 	"HandlerBackoffMax": ev.HandlerBackoffMax, "RetryBackoffMax": ev.RetryBackoffMax, "ShutdownTimeout": ev.ShutdownTimeout,
+	"MemoryBudget": ev.MemoryLimit,
 }
 
 // configError renames a *consumer.ConfigError after the variable.

@@ -47,6 +47,8 @@ const (
 	HandlerBackoffMax      = "CONSUMER_HANDLER_BACKOFF_MAX"
 	RetryBackoffMax        = "CONSUMER_RETRY_BACKOFF_MAX" // cap of the pause after a database/broker failure
 	ShutdownTimeout        = "CONSUMER_SHUTDOWN_TIMEOUT"
+	Ordering               = "CONSUMER_ORDERING"        // Key (default for the http sink), Partition or Unordered
+	MaxInFlight            = "CONSUMER_MAX_IN_FLIGHT"   // http sink: most requests in flight; default 64
 	PolicyNotJSON          = "CONSUMER_POLICY_NOT_JSON" // DeadLetter (default), Skip or Stop
 	PolicyMissingID        = "CONSUMER_POLICY_MISSING_ID"
 	PolicyInvalidUUID      = "CONSUMER_POLICY_INVALID_UUID"
@@ -54,10 +56,11 @@ const (
 	PolicyOversized        = "CONSUMER_POLICY_OVERSIZED"
 	PolicyOutsideWindow    = "CONSUMER_POLICY_OUTSIDE_WINDOW" // also Process (handle without dedup)
 	PolicyHandlerFailed    = "CONSUMER_POLICY_HANDLER_FAILED"
-	ListenAddr             = "CONSUMER_LISTEN_ADDR" // /healthz /readyz /metrics; default ":8080"
-	LogLevel               = "CONSUMER_LOG_LEVEL"   // debug, info (default), warn, error
-	LogFormat              = "CONSUMER_LOG_FORMAT"  // json (default) or text
-	Sink                   = "CONSUMER_SINK"        // http, sql, log or none (required)
+	ListenAddr             = "CONSUMER_LISTEN_ADDR"  // /healthz /readyz /metrics; default ":8080"
+	LogLevel               = "CONSUMER_LOG_LEVEL"    // debug, info (default), warn, error
+	LogFormat              = "CONSUMER_LOG_FORMAT"   // json (default) or text
+	MemoryLimit            = "CONSUMER_MEMORY_LIMIT" // bytes: the container's memory limit (downward API)
+	Sink                   = "CONSUMER_SINK"         // http, sql, log or none (required)
 	SinkHTTPURL            = "CONSUMER_SINK_HTTP_URL"
 	SinkHTTPTimeout        = "CONSUMER_SINK_HTTP_TIMEOUT"
 	SinkHTTPAuthorization  = "CONSUMER_SINK_HTTP_AUTHORIZATION" // secret; sent as the Authorization header
@@ -79,8 +82,9 @@ var All = []string{
 	BatchMaxMessages, BatchMaxWait, MaxEventBytes,
 	Envelope, IDField, TypeField, TimeField, PayloadField,
 	HandlerMaxAttempts, HandlerBackoffInitial, HandlerBackoffMax, RetryBackoffMax, ShutdownTimeout,
+	Ordering, MaxInFlight,
 	PolicyNotJSON, PolicyMissingID, PolicyInvalidUUID, PolicyWrongUUIDVersion, PolicyOversized,
 	PolicyOutsideWindow, PolicyHandlerFailed,
-	ListenAddr, LogLevel, LogFormat,
+	ListenAddr, LogLevel, LogFormat, MemoryLimit,
 	Sink, SinkHTTPURL, SinkHTTPTimeout, SinkHTTPAuthorization, SinkSQLStatement,
 }
