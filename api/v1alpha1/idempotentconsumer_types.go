@@ -499,7 +499,7 @@ type ConsumerSpec struct {
 	// resources of the consumer container. Empty means modest defaults
 	// (requests 50m CPU and 64Mi memory, limit 256Mi memory). The consumer
 	// sizes its Kafka prefetch and batches to half the memory limit and sets
-	// the Go runtime's memory limit to 80% of it (docs/consumer.md, "Memory
+	// the Go runtime's memory limit to 70% of it (docs/consumer.md, "Memory
 	// budget"); without a memory limit it is sized to the node's memory.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`

@@ -24,8 +24,8 @@ func TestMemoryLimitSetsBudgetAndGoLimit(t *testing.T) {
 	prev := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
 	applyMemoryLimit(o, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if got := debug.SetMemoryLimit(-1); got != 256<<20*80/100 {
-		t.Fatalf("Go memory limit %d, want 80%% of 256 MiB", got)
+	if got := debug.SetMemoryLimit(-1); got != 256<<20*70/100 {
+		t.Fatalf("Go memory limit %d, want 70%% of 256 MiB", got)
 	}
 
 	// GOMEMLIMIT wins over the container's limit; the budget still applies.
