@@ -222,3 +222,28 @@ func (p *partitionMem) next(m *kafka.Message) bool {
 	p.b.add(n)
 	return true
 }
+
+// holdRecord accounts for one record held outside a batch (the external
+// handlers' window, where records finish one by one) until releaseRecord:
+// it waits for the semaphore while other records hold the budget. A record
+// larger than the semaphore takes all of it. The caller bounds the
+// partition's own bytes to plan.batchBytes. Safe for concurrent use.
+func (p *partitionMem) holdRecord(ctx context.Context, m *kafka.Message) error {
+	n := msgBytes(m)
+	if p.b.sem != nil {
+		if err := p.b.sem.Acquire(ctx, min(n, p.b.batchCap)); err != nil {
+			return err
+		}
+	}
+	p.b.add(n)
+	return nil
+}
+
+// releaseRecord gives back what holdRecord took for m.
+func (p *partitionMem) releaseRecord(m *kafka.Message) {
+	n := msgBytes(m)
+	if p.b.sem != nil {
+		p.b.sem.Release(min(n, p.b.batchCap))
+	}
+	p.b.add(-n)
+}

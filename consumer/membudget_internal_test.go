@@ -154,3 +154,26 @@ func TestMemBudgetUnbounded(t *testing.T) {
 		t.Fatal("bytes left after release")
 	}
 }
+
+func TestMemBudgetHoldRecord(t *testing.T) {
+	b := newTestBudget(t, 2<<20) // 1 MiB for records in flight
+	p := b.forPartitions(2, 1<<20)
+	ctx := context.Background()
+	big, small := msgOf(0, 3<<20), msgOf(1, 10)
+	if err := p.holdRecord(ctx, big); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := p.holdRecord(waitCtx, small); err == nil {
+		t.Fatal("a record got in while an oversized one held the whole budget")
+	}
+	p.releaseRecord(big)
+	if err := p.holdRecord(ctx, small); err != nil {
+		t.Fatal(err)
+	}
+	p.releaseRecord(small)
+	if b.inflight.Load() != 0 || b.peak.Load() != 3<<20 {
+		t.Fatalf("in flight %d peak %d", b.inflight.Load(), b.peak.Load())
+	}
+}
