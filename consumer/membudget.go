@@ -99,7 +99,7 @@ func newMemBudget(budget int64, reg prometheus.Registerer) (*memBudget, error) {
 		budget: budget,
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: MetricsNamespace, Name: "inflight_bytes",
-			Help: "Bytes (keys and values) of the records taken from the brokers' readers whose batch is not done yet, all partitions together.",
+			Help: "Bytes (keys, values and headers) of the records taken from the partition readers and not done yet, all partitions together.",
 		}),
 	}
 	budgetGauge := prometheus.NewGauge(prometheus.GaugeOpts{
