@@ -162,11 +162,12 @@ func msgBytes(m *kafka.Message) int64 {
 // release gives back what the worker's batch holds: its batch is done
 // (committed or given up).
 func (p *partitionMem) release() {
-	if p.acquired > 0 {
-		p.b.sem.Release(p.acquired)
-	}
+	// The gauge first: then it never shows more than the semaphore holds.
 	if p.bytes > 0 {
 		p.b.add(-p.bytes)
+	}
+	if p.acquired > 0 {
+		p.b.sem.Release(p.acquired)
 	}
 	p.acquired, p.bytes, p.batchBytes = 0, 0, 0
 }
@@ -242,8 +243,8 @@ func (p *partitionMem) holdRecord(ctx context.Context, m *kafka.Message) error {
 // releaseRecord gives back what holdRecord took for m.
 func (p *partitionMem) releaseRecord(m *kafka.Message) {
 	n := msgBytes(m)
+	p.b.add(-n)
 	if p.b.sem != nil {
 		p.b.sem.Release(min(n, p.b.batchCap))
 	}
-	p.b.add(-n)
 }
