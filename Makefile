@@ -68,6 +68,10 @@ verify-generated: ## Fail if generated code or manifests are stale (they are reg
 		exit 1; \
 	fi
 
+.PHONY: verify-tidy
+verify-tidy: ## Fail if go.mod or go.sum is not what `go mod tidy` makes of them.
+	@go mod tidy -diff || { echo "verify-tidy: run 'go mod tidy' and commit go.mod and go.sum" >&2; exit 1; }
+
 .PHONY: fmt
 fmt: ## Run gofmt on the module (fails in CI if files need formatting; third_party/ is upstream code, left as is).
 	@out="$$(gofmt -l $$(git ls-files '*.go' ':!:third_party/' 2>/dev/null || find . -name '*.go' -not -path './third_party/*'))"; \
@@ -95,7 +99,7 @@ lint-workflows: ## Lint .github/workflows with actionlint (pinned in hack/tools/
 	"$$bin" -shellcheck= -pyflakes= -no-color .github/workflows/*.yml && echo "lint-workflows: $$(ls .github/workflows/*.yml | wc -l) workflow(s) pass actionlint"
 
 .PHONY: test
-test: fmt vet verify-generated lint-workflows ## Run all tests: unit, PostgreSQL, Kafka and envtest integration, e2e.
+test: fmt vet verify-tidy verify-generated lint-workflows ## Run all tests: unit, PostgreSQL, Kafka and envtest integration, e2e.
 	@assets="$$(hack/envtest.sh)"; \
 	echo "test: KUBEBUILDER_ASSETS=$$assets"; \
 	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -race ./consumer/...; \

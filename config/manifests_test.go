@@ -221,10 +221,12 @@ func TestDefaultOverlay(t *testing.T) {
 
 	// Least privilege: the manager reads Secrets, never writes them, and
 	// touches nothing outside its own API, Deployments, Events and the KEDA
-	// objects of spec.autoscaling (no list or watch: it reads them by name).
+	// objects of spec.autoscaling (no list or watch: it reads them by name),
+	// plus pods/create for the server-side dry run of controllers/podsecurity.go.
 	role := typed(t, find(objs, "ClusterRole", prefix+"manager-role"), &rbacv1.ClusterRole{})
 	allowed := map[string][]string{
 		"/secrets":             {"get", "list", "watch"},
+		"/pods":                {"create"},
 		"apps/deployments":     {"create", "delete", "get", "list", "patch", "update", "watch"},
 		"events.k8s.io/events": {"create", "patch"},
 		"kafka.idempotency.dev/idempotentconsumers":            {"get", "list", "patch", "update", "watch"},

@@ -40,6 +40,12 @@ type item struct {
 	// transaction is redone without calling it again, and the event takes
 	// the handler_failed policy with this error text.
 	poison string
+	// ownRow is set when a handler of an earlier event ended the batch
+	// transaction before this event's handler ran: had it sent COMMIT, the
+	// dedup row the runtime inserted for this event is committed, without
+	// the event's effect. The redo then takes that row for this event's
+	// own, not for an earlier processing, and runs the handler.
+	ownRow bool
 }
 
 // infraError marks a failure of the database (or of a dependency the handler
@@ -95,6 +101,11 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
 			}
 			w.guard.committed(c.cfg.BatchSize)
+			if !c.hooks.disableDedup {
+				// The part recorded its position: the next part's check
+				// must find the database behind if it lost this one.
+				w.dbPos = part[len(part)-1].msg.Offset + 1
+			}
 			if split > 0 {
 				split *= 2 // the refused record is behind us, or still ahead: either way, bisect
 			}
@@ -111,6 +122,9 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 				w.guard.safe = true
 				if re.poison != nil {
 					re.poison.poison = re.poisonText
+					if errors.Is(re.err, errTxEnded) {
+						markOwnRows(part, re.poison)
+					}
 				}
 				w.log.Debug("batch transaction given up; redoing it with a savepoint round trip per event", "err", redactErr(re.err, c.secrets...))
 				continue
@@ -179,6 +193,21 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 	}
 	w.count(items)
 	return next, nil
+}
+
+// markOwnRows flags the events of part after poison whose handlers had not
+// run when poison's handler ended the transaction, and whose ids were fresh
+// in it (see item.ownRow); it clears the flag of the others, whose rows, if
+// committed, hold their effects.
+func markOwnRows(part []item, poison *item) {
+	after := false
+	for i := range part {
+		it := &part[i]
+		it.ownRow = after && it.decoded && it.state == stPending && it.ev.Deduplicated
+		if it == poison {
+			after = true
+		}
+	}
 }
 
 // pause waits d; false if the generation ended or shutdown timed out first.
@@ -279,7 +308,7 @@ func (w *worker) transact(items []item) error {
 				default:
 					it.state = stRejected
 				}
-			case !res.Fresh[k]:
+			case !res.Fresh[k] && !it.ownRow:
 				it.state = stDuplicate
 			}
 		}
@@ -335,6 +364,18 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 		if ctx.Err() != nil {
 			return errAbandoned
 		}
+		if et.opened {
+			sps.owner = it
+		}
+		if gone := errors.Join(et.failed, et.redo); gone != nil && savepointGone(gone) && sps.owner != nil {
+			// The previous savepoint vanished: the handler that ran with
+			// it ended the transaction and carried on in a new one (COMMIT
+			// AND CHAIN), or released it. Its COMMIT may have committed the
+			// dedup rows of this event and the later ones without their
+			// effects: redo the transaction without that handler, taking
+			// those rows for the events' own (markOwnRows).
+			return w.txEnded(sps.owner, fmt.Errorf("%w (the runtime's savepoint was gone after it returned)", errTxEnded), nil)
+		}
 		if et.failed != nil {
 			return &infraError{fmt.Errorf("opening the event's savepoint: %w", et.failed)}
 		}
@@ -362,12 +403,7 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 		}
 		if ended != nil {
 			// Redo the transaction without calling this handler again.
-			c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
-			text := ended.Error()
-			if err != nil {
-				text += ": " + err.Error()
-			}
-			return &redoError{err: ended, poison: it, poisonText: redactText(text, c.secrets...)}
+			return w.txEnded(it, ended, err)
 		}
 		if pc.TxStatus() == 'E' {
 			// A statement failed: if the handler swallowed the error, it
@@ -390,6 +426,11 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 		}
 		if et.opened {
 			if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+et.savepoint()); rbErr != nil {
+				if savepointGone(rbErr) {
+					// This handler ended the transaction and went on in a
+					// new one, or released the savepoint (see above).
+					return w.txEnded(it, fmt.Errorf("%w (the runtime's savepoint was gone after it returned)", errTxEnded), err)
+				}
 				// The connection or transaction is gone: not the event's fault.
 				return &infraError{fmt.Errorf("handler failed and rolling back to its savepoint failed: %w", errors.Join(err, rbErr))}
 			}
@@ -404,6 +445,20 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 			return errAbandoned
 		}
 	}
+}
+
+// txEnded is the redo of a transaction that the handler of it ended
+// (ended wraps errTxEnded) or left unusable: it is not called again and
+// takes the handler_failed policy, with its own error err, if any, in the
+// text.
+func (w *worker) txEnded(it *item, ended, err error) error {
+	c := w.c
+	c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
+	text := ended.Error()
+	if err != nil {
+		text += ": " + err.Error()
+	}
+	return &redoError{err: ended, poison: it, poisonText: redactText(text, c.secrets...)}
 }
 
 // call runs the handler, turning a panic into an error.

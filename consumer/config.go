@@ -207,6 +207,22 @@ type Config struct {
 	// for in-flight batches to finish and commit; default 30s.
 	ShutdownTimeout time.Duration
 
+	// Ordering says which records of a partition may be handled at the same
+	// time (external handlers only): OrderingKey (their default),
+	// OrderingPartition or OrderingUnordered. Transactional handlers accept
+	// only OrderingPartition, which is theirs.
+	Ordering Ordering
+	// MaxInFlight bounds the external handler calls running at once across
+	// all partitions of the process; default 64. Transactional handlers
+	// ignore it.
+	MaxInFlight int
+	// IdleInTransactionTimeout is set as idle_in_transaction_session_timeout
+	// on the sessions of the pool the runtime opens from DatabaseURL, so that
+	// no transaction stays open while it waits on anything but PostgreSQL;
+	// default 5s, a negative value leaves the server's setting. A Pool given
+	// by the caller is theirs and is left alone.
+	IdleInTransactionTimeout time.Duration
+
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the Prometheus collectors; default a fresh
@@ -288,6 +304,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.IdleInTransactionTimeout == 0 {
+		c.IdleInTransactionTimeout = DefaultIdleInTransactionTimeout
 	}
 	return c
 }
@@ -410,7 +429,7 @@ func (c Config) Validate() error {
 	if c.Gatherer != nil && c.Registerer == nil {
 		return cfgErr("Gatherer", "set without Registerer")
 	}
-	return nil
+	return c.validateConcurrency()
 }
 
 func knownReason(r Reason) bool {
@@ -461,5 +480,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("envelope", string(c.Envelope.Mode)),
 		slog.Int("handlerMaxAttempts", c.HandlerMaxAttempts),
 		slog.Any("policies", c.Policies),
+		slog.String("ordering", string(c.Ordering)),
+		slog.Int("maxInFlight", c.MaxInFlight),
 	)
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
@@ -30,6 +32,12 @@ type Consumer struct {
 	inserter *dedup.Inserter
 	// positions is the group's positions table (positions.go).
 	positions *dedup.Positions
+	// external is set instead of handler by NewExternal; inFlight is its
+	// MaxInFlight semaphore and claims its in-process id claims (claims.go).
+	external ExternalHandler
+	inFlight chan struct{}
+	claims   *claims
+	xm       *xmetrics
 	// mem is the process-wide memory budget (membudget.go).
 	mem *memBudget
 
@@ -47,6 +55,9 @@ type hooks struct {
 	afterDBCommit func(partition int, next int64) error
 	// disableDedup skips the dedup insert (benchmark baseline only).
 	disableDedup bool
+	// beforeRecord runs, for external handlers, before the transaction that
+	// records succeeded ids; an error stops Run there as a crash would.
+	beforeRecord func(partition int, ids []uuid.UUID) error
 }
 
 // New validates cfg and returns a Consumer. It does not connect to anything.
@@ -54,6 +65,17 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	if h == nil {
 		return nil, cfgErr("Handler", "must not be nil")
 	}
+	if cfg.Ordering != "" && cfg.Ordering != OrderingPartition {
+		// Key lanes for transactional handlers (one short transaction per
+		// lane) are left until measured: see docs/design.md, Decision 7.
+		return nil, cfgErr("Ordering", "%s is for external handlers (NewExternal); a transactional handler processes a partition in offset order (Partition)", cfg.Ordering)
+	}
+	return newConsumer(cfg, h)
+}
+
+// newConsumer is New and NewExternal's common part; h is nil for an external
+// handler.
+func newConsumer(cfg Config, h Handler) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -85,6 +107,9 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	c.metrics = m
+	if c.xm, err = newXMetrics(reg); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
 	if c.mem, err = newMemBudget(cfg.MemoryBudget, reg); err != nil {
 		return nil, err
 	}
@@ -238,7 +263,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		c.log.Info("joined generation", "generation", gen.ID, "member", gen.MemberID, "partitions", parts)
 		for _, a := range assigned {
-			w := &worker{c: c, gen: gen, partition: a.ID, offset: a.Offset, hardCtx: hardCtx, fatal: stopRun}
+			w := &worker{c: c, gen: gen, partition: a.ID, offset: a.Offset, hardCtx: hardCtx, fatal: stopRun, runCtx: runCtx}
 			gen.Start(w.run)
 		}
 	}
@@ -272,6 +297,12 @@ func (c *Consumer) open(ctx context.Context) error {
 		}
 		if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
 			pcfg.ConnConfig.RuntimeParams["application_name"] = c.cfg.ClientID
+		}
+		// The guard of Decision 6: a transaction of the runtime that waits
+		// on anything but PostgreSQL is ended by the server. A setting in
+		// the DSN itself wins.
+		if t := c.cfg.IdleInTransactionTimeout; t > 0 && pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] == "" {
+			pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(t.Milliseconds(), 10)
 		}
 		pool, err = pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {

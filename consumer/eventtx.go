@@ -43,6 +43,17 @@ type txSavepoints struct {
 	pipeline bool
 	open     bool // one of the two savepoints is established (the last event's)
 	last     int  // index (savepointName) of the established one
+	// owner is the event whose handler ran last with the established
+	// savepoint: were the savepoint found gone, its handler ended the
+	// transaction (COMMIT AND CHAIN, COMMIT; BEGIN) or released it.
+	owner *item
+}
+
+// savepointGone reports the server saying a savepoint does not exist
+// (3B001): the runtime's own savepoint vanished under it.
+func savepointGone(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "3B001"
 }
 
 func newTxSavepoints(tx pgx.Tx, safe bool) *txSavepoints {

@@ -50,6 +50,7 @@ const (
 	compGroup    = "group"
 	compDLQ      = "deadLetter"
 	compSetup    = "setup"
+	compHandler  = "handler" // an external handler's dependency declared Unavailable
 )
 
 func (h *health) update(fn func()) {
@@ -108,7 +109,7 @@ func (h *health) readyLocked() error {
 	case h.stopping:
 		return errors.New("shutting down")
 	}
-	for _, comp := range []string{compSetup, compDatabase, compKafka, compGroup, compDLQ} {
+	for _, comp := range []string{compSetup, compDatabase, compKafka, compGroup, compDLQ, compHandler} {
 		if err, ok := h.failing[comp]; ok {
 			return fmt.Errorf("%s: %w", comp, err)
 		}

@@ -103,7 +103,7 @@ func TestEventFailureIsolated(t *testing.T) {
 	// Each case runs under pgx's default exec mode (a new statement is
 	// prepared before the pipeline is sent), under exec mode (nothing is
 	// prepared) and under the simple protocol (no pipelining at all).
-	for _, mode := range []string{"cache_statement", "exec", "simple_protocol"} {
+	for _, mode := range []string{"cache_statement", "exec", "simple_protocol", "cache_describe", "describe_exec"} {
 		for _, tc := range cases {
 			t.Run(mode+"/"+tc.name, func(t *testing.T) { runIsolationCase(t, mode, tc.bad) })
 		}

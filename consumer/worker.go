@@ -21,6 +21,7 @@ type worker struct {
 	offset    int64
 	hardCtx   context.Context         // ends only when the shutdown grace period is over
 	fatal     context.CancelCauseFunc // stops Run with an error
+	runCtx    context.Context         // ends when shutdown begins
 	genCtx    context.Context
 	log       *slog.Logger
 	inserter  *dedup.Inserter
@@ -77,6 +78,10 @@ func (w *worker) run(genCtx context.Context) {
 		return
 	}
 	w.log.Debug("partition assigned", "committedOffset", w.offset, "offset", start)
+	if c.external != nil {
+		w.runExternal()
+		return
+	}
 
 	fetchBackoff := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {

@@ -92,10 +92,24 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 		desired.Annotations[AnnotationSpecHash] = specHash(desired)
 	}
 
+	// A changed template is first judged by the API server's Pod Security
+	// admission (podsecurity.go); a refused one is not applied.
+	var refused *problem
+	if current == nil || current.Annotations[AnnotationSpecHash] != desired.Annotations[AnnotationSpecHash] {
+		if refused, err = r.checkPodSecurity(ctx, desired); err != nil {
+			return err
+		} else if refused != nil {
+			r.consumerNotReady(ctx, s, refused.reason, refused.message, false)
+			if current == nil {
+				return nil
+			}
+		}
+	}
+
 	// Replicas are compared besides the hash: kubectl scale on the
 	// Deployment is reverted at once, unless KEDA owns the count.
 	replicasDrifted := !s.autoscale && (current == nil || current.Spec.Replicas == nil || *current.Spec.Replicas != *desired.Spec.Replicas)
-	if current == nil || current.Annotations[AnnotationSpecHash] != desired.Annotations[AnnotationSpecHash] || replicasDrifted {
+	if refused == nil && (current == nil || current.Annotations[AnnotationSpecHash] != desired.Annotations[AnnotationSpecHash] || replicasDrifted) {
 		if s.autoscale && current != nil && current.Spec.Replicas != nil && ownsReplicas(current) {
 			if err := r.handOverReplicas(ctx, current); err != nil {
 				return err
@@ -115,7 +129,7 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 	obj.Status.Replicas = current.Status.Replicas
 	obj.Status.ReadyReplicas = current.Status.ReadyReplicas
 	obj.Status.Selector = metav1.FormatLabelSelector(desired.Spec.Selector)
-	if prob == nil {
+	if prob == nil && refused == nil {
 		want := obj.Replicas()
 		if s.autoscale {
 			want = ptr.Deref(current.Spec.Replicas, 1)

@@ -18,6 +18,8 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -68,8 +70,16 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 	}
 	s.databaseURL = val
 	s.addSecret(val.value, true)
+	db, prob, err := r.databaseConn(ctx, s, val.value)
+	if err != nil {
+		return err
+	}
+	if prob != nil {
+		r.databaseNotReady(ctx, s, prob.reason, prob.message, false)
+		return nil
+	}
 
-	store, err := r.Stores.Open(ctx, val.value, table)
+	store, err := r.Stores.Open(ctx, db, table)
 	if err != nil {
 		r.databaseFailure(ctx, s, err)
 		return nil
@@ -87,7 +97,32 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 	s.databaseOK = true
 	obj.SetCondition(kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionTrue, kafkav1alpha1.ReasonDatabaseReady,
 		fmt.Sprintf("Table %s exists and carries this object's ownership marker", table))
+	r.reportDurability(ctx, dctx, s, store)
 	return nil
+}
+
+// reportDurability sets DatabaseDurable from what the server says about
+// synchronous_commit and its standbys. A warning only: it never changes Ready,
+// since the consumer repairs lost commits from Kafka (positions table).
+func (r *IdempotentConsumerReconciler) reportDurability(ctx, dctx context.Context, s *reconcileState, store TableStore) {
+	d, err := store.Durability(dctx)
+	if err != nil {
+		r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionUnknown,
+			kafkav1alpha1.ReasonDurabilityUnknown, "Reading synchronous_commit and pg_stat_replication failed: "+err.Error())
+		return
+	}
+	risks := d.Risks()
+	if len(risks) == 0 {
+		r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionTrue, kafkav1alpha1.ReasonDurable,
+			fmt.Sprintf("synchronous_commit=%s; %d standby(s), none asynchronous", d.SynchronousCommit, len(d.Standbys)))
+		return
+	}
+	msgs := make([]string, len(risks))
+	for i, rk := range risks {
+		msgs[i] = rk.Message
+	}
+	r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionFalse, risks[0].Reason,
+		strings.Join(msgs, "; ")+"; the consumer redoes lost batches from Kafka (positions table) while the topic still holds them")
 }
 
 // ReasonTableAdopted is the reason of the Normal Event recorded when an
@@ -158,6 +193,29 @@ func (r *IdempotentConsumerReconciler) ensureTable(ctx, dctx context.Context, s 
 		log.FromContext(ctx).Info("Adopted table", "table", own.Table, "previousOwner", from, "partitions", len(res.Partitions))
 	}
 	return nil
+}
+
+// databaseConn adds the CA of spec.database.caSecretRef, if any, to the
+// database URL. A missing Secret or key, or a value without a PEM
+// certificate, is a problem for status.
+func (r *IdempotentConsumerReconciler) databaseConn(ctx context.Context, s *reconcileState, databaseURL string) (DatabaseConn, *problem, error) {
+	db := DatabaseConn{URL: databaseURL}
+	ref := s.obj.Spec.Database.CASecretRef
+	if ref == nil {
+		return db, nil, nil
+	}
+	v, prob, err := r.secretKey(ctx, s, *ref)
+	if err != nil || prob != nil {
+		if prob != nil {
+			prob = &problem{prob.reason, "Cannot read the PostgreSQL CA (spec.database.caSecretRef): " + prob.message}
+		}
+		return db, prob, err
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM([]byte(v.value)) {
+		return db, &problem{kafkav1alpha1.ReasonInvalidDatabaseCA, (&InvalidCAError{Name: ref.Name, Key: ref.Key}).Error()}, nil
+	}
+	db.CA = []byte(v.value)
+	return db, nil, nil
 }
 
 // tableOf is the dedup table an object declares.
@@ -282,13 +340,19 @@ func classifyDatabaseError(err error) (reason string, transient bool) {
 	var (
 		pgErr  *pgconn.PgError
 		urlErr *InvalidURLError
+		tlsErr *DatabaseTLSError
+		verErr *tls.CertificateVerificationError
 		layout *dedup.LayoutError
 		lock   *dedup.LockError
 		netErr net.Error
 	)
 	switch {
-	case errors.As(err, &urlErr):
+	case errors.As(err, &urlErr), errors.As(err, &tlsErr):
 		return kafkav1alpha1.ReasonInvalidURL, false
+	case errors.As(err, &verErr):
+		// Retried: a renewed server certificate or a CA Secret being
+		// rotated can fix it without a change to the object.
+		return kafkav1alpha1.ReasonCertificateRejected, true
 	case errors.As(err, &layout):
 		return kafkav1alpha1.ReasonTableLayoutMismatch, false
 	case errors.Is(err, dedup.ErrInvalidIdentifier):
@@ -325,6 +389,8 @@ func describeDatabaseError(reason string, err error) string {
 	switch reason {
 	case kafkav1alpha1.ReasonInvalidURL:
 		return err.Error()
+	case kafkav1alpha1.ReasonCertificateRejected:
+		return "The PostgreSQL server's certificate did not verify (check spec.database.caSecretRef, or the system roots without one, and that the certificate names the host in the URL; sslmode=verify-ca skips the name check): " + err.Error()
 	case kafkav1alpha1.ReasonAuthenticationFailed:
 		return "The database refused the credentials in the database URL Secret (authentication failed); fix the Secret or the role: " + err.Error()
 	case kafkav1alpha1.ReasonDatabaseNotFound:

@@ -36,6 +36,11 @@ import (
 
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=delete
 
+// ReasonTableKept is the reason of the Warning Event recorded when an object
+// with deletionPolicy Delete is deleted without its table being dropped,
+// because the database URL Secret (or its key) is gone.
+const ReasonTableKept = "TableKept"
+
 // reconcileFinalizer keeps the finalizer in step with deletionPolicy: only
 // Delete needs cleanup, so only Delete holds the object on deletion.
 func (r *IdempotentConsumerReconciler) reconcileFinalizer(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer) error {
@@ -59,8 +64,11 @@ func (r *IdempotentConsumerReconciler) reconcileFinalizer(ctx context.Context, o
 // finalizer) there is nothing to do: the Deployment goes with its owner.
 // With Delete, the consumer is stopped, then the table dropped, and only if
 // it carries this object's marker; then the finalizer is removed. If the
-// database cannot be reached the object waits, with the reason in status;
-// switching deletionPolicy to Retain releases it.
+// database URL Secret (or its key) is gone, the table is kept, a TableKept
+// Warning Event names it, and the finalizer is removed: nothing the
+// operator can do brings the Secret back. If the database cannot be
+// reached the object waits, with the reason in status; switching
+// deletionPolicy to Retain releases it.
 func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer) (ctrl.Result, error) {
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
@@ -90,10 +98,29 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	var db DatabaseConn
 	if prob == nil {
 		s.databaseURL = val
 		s.addSecret(val.value, true)
-		err = r.dropTable(ctx, obj, val.value, table)
+		if db, prob, err = r.databaseConn(ctx, s, val.value); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if prob != nil && (prob.reason == kafkav1alpha1.ReasonSecretNotFound || prob.reason == kafkav1alpha1.ReasonSecretKeyMissing) {
+		// Without the URL (or CA) Secret the operator cannot reach the
+		// database, and waiting would block the deletion for good: in a
+		// terminating namespace nothing can recreate the Secret. The table is
+		// kept (the safe outcome, as with Retain) and named, and deletion goes
+		// on. In a terminating namespace the API server refuses the Event; the
+		// log line is the record there.
+		msg := fmt.Sprintf("Table %s was kept, not dropped: %s, so the operator cannot reach the database. Deletion goes on; drop the table by hand if it is no longer needed",
+			table, prob.message)
+		r.event(obj, corev1.EventTypeWarning, ReasonTableKept, "Delete", msg)
+		log.FromContext(ctx).Info("Table kept: a Secret it needs is gone", "table", table.String(), "reason", prob.reason)
+		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
+	}
+	if prob == nil {
+		err = r.dropTable(ctx, obj, db, table)
 		var own *dedup.OwnershipError
 		switch {
 		case err == nil:
@@ -126,8 +153,8 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 	return ctrl.Result{RequeueAfter: r.backoff.next(key)}, nil
 }
 
-func (r *IdempotentConsumerReconciler) dropTable(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, databaseURL string, table dedup.Table) error {
-	store, err := r.Stores.Open(ctx, databaseURL, table)
+func (r *IdempotentConsumerReconciler) dropTable(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, db DatabaseConn, table dedup.Table) error {
+	store, err := r.Stores.Open(ctx, db, table)
 	if err != nil {
 		return err
 	}

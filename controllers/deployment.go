@@ -327,6 +327,18 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 
 	var volumes []corev1.Volume
 	var mounts []corev1.VolumeMount
+	if ref := obj.Spec.Database.CASecretRef; ref != nil {
+		// pgx reads these as sslrootcert and sslmode unless the URL sets
+		// them; the operator refuses a URL that sets either against a CA
+		// (see parsePoolConfig), so the consumer verifies as the operator does.
+		volumes = append(volumes, corev1.Volume{Name: pgCAVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName:  ref.Name,
+			Items:       []corev1.KeyToPath{{Key: ref.Key, Path: pgCAFile}},
+			DefaultMode: ptr.To(int32(0o440)),
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: pgCAVolume, MountPath: pgCAMountDir, ReadOnly: true})
+		env = append(env, val(envPGSSLRootCert, path.Join(pgCAMountDir, pgCAFile)), val(envPGSSLMode, "verify-full"))
+	}
 	if t := k.TLS; t != nil {
 		env = append(env, val(envvars.TLSEnabled, "true"))
 		if t.InsecureSkipVerify {
@@ -370,9 +382,14 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 }
 
 // secretRefs lists every Secret key an object references: the database URL
-// first, then Kafka TLS and SASL, then the HTTP sink's authorization.
+// first, then its CA, then Kafka TLS and SASL, then the HTTP sink's
+// authorization.
 func secretRefs(obj *kafkav1alpha1.IdempotentConsumer) []kafkav1alpha1.SecretKeyRef {
-	refs := append([]kafkav1alpha1.SecretKeyRef{obj.Spec.Database.URLSecretRef}, kafkaSecretRefs(obj)...)
+	refs := []kafkav1alpha1.SecretKeyRef{obj.Spec.Database.URLSecretRef}
+	if ref := obj.Spec.Database.CASecretRef; ref != nil {
+		refs = append(refs, *ref)
+	}
+	refs = append(refs, kafkaSecretRefs(obj)...)
 	if h := obj.Spec.Consumer.Sink.HTTP; h != nil && h.AuthorizationSecretRef != nil {
 		refs = append(refs, *h.AuthorizationSecretRef)
 	}

@@ -46,13 +46,16 @@ type TableStore interface {
 	Maintain(ctx context.Context, now time.Time, premake int, retention time.Duration) (dedup.Result, error)
 	// DropTable drops the table if its marker names owner.
 	DropTable(ctx context.Context, owner string) error
+	// Durability reads synchronous_commit and the standbys, for the
+	// DatabaseDurable condition.
+	Durability(ctx context.Context) (dedup.Durability, error)
 }
 
 // StoreOpener returns the TableStore for a table in the database a
-// connection URL points at. Opening sends no SQL; connection failures show
-// up on the first call.
+// connection points at. Opening sends no SQL; connection failures show up
+// on the first call.
 type StoreOpener interface {
-	Open(ctx context.Context, databaseURL string, t dedup.Table) (TableStore, error)
+	Open(ctx context.Context, db DatabaseConn, t dedup.Table) (TableStore, error)
 }
 
 // PoolOptions tune the connection pools of a PoolCache.
@@ -69,8 +72,9 @@ type PoolOptions struct {
 }
 
 // PoolCache is the StoreOpener the manager uses: one pgxpool per distinct
-// connection URL (keyed by its SHA-256, so the URL itself is not kept as a
-// map key), shared by every object using that URL, and closed when unused.
+// connection URL and CA (keyed by their SHA-256, so the URL itself is not
+// kept as a map key), shared by every object using them, and closed when
+// unused.
 type PoolCache struct {
 	opts  PoolOptions
 	mu    sync.Mutex
@@ -97,17 +101,23 @@ func NewPoolCache(opts PoolOptions) *PoolCache {
 }
 
 // Open implements StoreOpener. A URL that does not parse returns an
-// *InvalidURLError that never contains the URL.
-func (c *PoolCache) Open(_ context.Context, databaseURL string, t dedup.Table) (TableStore, error) {
-	pool, err := c.pool(databaseURL)
+// *InvalidURLError, one whose TLS settings contradict the CA a
+// *DatabaseTLSError; neither contains the URL.
+func (c *PoolCache) Open(_ context.Context, db DatabaseConn, t dedup.Table) (TableStore, error) {
+	pool, err := c.pool(db)
 	if err != nil {
 		return nil, err
 	}
 	return dedup.NewEngine(pool, t, c.opts.EngineOptions...)
 }
 
-func (c *PoolCache) pool(databaseURL string) (*pgxpool.Pool, error) {
-	key := sha256.Sum256([]byte(databaseURL))
+func (c *PoolCache) pool(db DatabaseConn) (*pgxpool.Pool, error) {
+	h := sha256.New()
+	h.Write([]byte(db.URL))
+	h.Write([]byte{0})
+	h.Write(db.CA)
+	var key [32]byte
+	copy(key[:], h.Sum(nil))
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -121,11 +131,9 @@ func (c *PoolCache) pool(databaseURL string) (*pgxpool.Pool, error) {
 		p.lastUsed = now
 		return p.pool, nil
 	}
-	cfg, err := pgxpool.ParseConfig(databaseURL)
+	cfg, err := parsePoolConfig(db)
 	if err != nil {
-		// pgx redacts the password, but the rest of the URL (user, host) is
-		// still not ours to print: report the problem only.
-		return nil, &InvalidURLError{}
+		return nil, err
 	}
 	cfg.MaxConns = c.opts.MaxConns
 	cfg.MinConns = 0

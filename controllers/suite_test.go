@@ -37,15 +37,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -80,6 +79,17 @@ type envOptions struct {
 	pool      PoolOptions
 	// topics replaces the KafkaAdmin the reconciler asks the brokers with.
 	topics TopicInspector
+	// watchNamespaces restricts the manager's cache (CacheOptions).
+	watchNamespaces []string
+	// managerUser, when set, runs the manager as that user (impersonated),
+	// after setup has run with the admin client (to install its RBAC).
+	managerUser string
+	setup       func(t *testing.T, c client.Client)
+	// apiServerArgs are extra kube-apiserver flags (name, values).
+	apiServerArgs map[string][]string
+	// leaderElectionNamespace, when set, turns leader election on with its
+	// Lease there.
+	leaderElectionNamespace string
 }
 
 var scheme = func() *runtime.Scheme {
@@ -117,6 +127,9 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: kubebuilderAssets(t),
 	}
+	for name, values := range eo.apiServerArgs {
+		te.cfg.ControlPlane.GetAPIServer().Configure().Set(name, values...)
+	}
 	start := time.Now()
 	restCfg, err := te.cfg.Start()
 	if err != nil {
@@ -142,16 +155,25 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 	logger := zap.New(zap.WriteTo(logOut), zap.UseDevMode(false))
 	ctrl.SetLogger(logger)
 
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Logger:                 logger,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&appsv1.Deployment{}: {Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})},
-		}},
-		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+	mgrCfg := restCfg
+	if eo.setup != nil {
+		eo.setup(t, te.c)
+	}
+	if eo.managerUser != "" {
+		mgrCfg = rest.CopyConfig(restCfg)
+		mgrCfg.Impersonate = rest.ImpersonationConfig{UserName: eo.managerUser}
+	}
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
+		Scheme:                  scheme,
+		Logger:                  logger,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                   CacheOptions(eo.watchNamespaces),
+		LeaderElection:          eo.leaderElectionNamespace != "",
+		LeaderElectionNamespace: eo.leaderElectionNamespace,
+		LeaderElectionID:        "idempotency-operator.kafka.idempotency.dev",
+		Client:                  ClientOptions(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -185,8 +207,12 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 	if err := te.r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
+	fakeClient := mgr.GetClient()
+	if eo.managerUser != "" {
+		fakeClient = te.c // Deployment status is kube-controller-manager's, not the operator's, to write
+	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("fake-deployment-controller").
-		For(&appsv1.Deployment{}).Complete(&fakeDeploymentController{c: mgr.GetClient(), on: &te.deploymentsAvailable}); err != nil {
+		For(&appsv1.Deployment{}).Complete(&fakeDeploymentController{c: fakeClient, on: &te.deploymentsAvailable}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -198,9 +224,18 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 			t.Errorf("manager: %v", err)
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-done })
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute): // a manager whose watches are refused may not stop
+			t.Error("the manager did not stop within 1m")
+		}
+	})
+	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
+	defer syncCancel()
+	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+		t.Fatalf("cache did not sync within 1m (a watch refused?); manager log:\n%s", te.logs.String())
 	}
 	return te
 }

@@ -202,12 +202,19 @@ func (r *IdempotentConsumerReconciler) topicsUnknown(ctx context.Context, s *rec
 // topicWarning sets a warning condition; a change to a new reason that is not
 // True is a Warning Event and a log line, once.
 func (r *IdempotentConsumerReconciler) topicWarning(ctx context.Context, s *reconcileState, condType string, status metav1.ConditionStatus, reason, message string) {
+	r.warningCondition(ctx, s, "InspectTopics", condType, status, reason, message)
+}
+
+// warningCondition sets a warning condition (one that never changes Ready)
+// and, when it turns or stays not-True with a new reason, records a Warning
+// Event for action and logs it. The message is scrubbed of secrets.
+func (r *IdempotentConsumerReconciler) warningCondition(ctx context.Context, s *reconcileState, action, condType string, status metav1.ConditionStatus, reason, message string) {
 	message = s.scrub(message)
 	if changed := s.obj.SetCondition(condType, status, reason, message); status == metav1.ConditionTrue || !changed {
 		return
 	}
-	r.event(s.obj, corev1.EventTypeWarning, reason, "InspectTopics", message)
-	log.FromContext(ctx).Info("Topic check", "condition", condType, "status", status, "reason", reason, "message", message)
+	r.event(s.obj, corev1.EventTypeWarning, reason, action, message)
+	log.FromContext(ctx).Info("Warning condition", "condition", condType, "status", status, "reason", reason, "message", message)
 }
 
 // kafkaSecretRefs lists the Secret keys the Kafka connection needs: TLS

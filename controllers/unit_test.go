@@ -96,6 +96,7 @@ func TestBuildDeploymentEnv(t *testing.T) {
 		ClientCertSecretRef: &kafkav1alpha1.SecretKeyRef{Name: "client", Key: "tls.crt"},
 		ClientKeySecretRef:  &kafkav1alpha1.SecretKeyRef{Name: "client", Key: "tls.key"},
 	}
+	obj.Spec.Database.CASecretRef = &kafkav1alpha1.SecretKeyRef{Name: "pg-ca", Key: "ca.crt"}
 	obj.Spec.Consumer.Sink = kafkav1alpha1.SinkSpec{Type: kafkav1alpha1.SinkSQL, SQL: &kafkav1alpha1.SQLSinkSpec{Statement: "INSERT INTO t VALUES ($1)"}}
 	obj.Spec.Consumer.Env = []corev1.EnvVar{
 		{Name: envvars.Topic, Value: "hijacked"},                   // ours: dropped
@@ -117,7 +118,7 @@ func TestBuildDeploymentEnv(t *testing.T) {
 			t.Errorf("env %s set twice", e.Name)
 		}
 		seen[e.Name] = true
-		if !slices.Contains(envvars.All, e.Name) && e.Name != envvars.Envelope {
+		if !slices.Contains(envvars.All, e.Name) && e.Name != envvars.Envelope && e.Name != envPGSSLRootCert && e.Name != envPGSSLMode {
 			t.Errorf("env %s is not a variable cmd/consumer reads", e.Name)
 		}
 	}

@@ -56,6 +56,12 @@ const (
 	// than the topic has partitions (a replica beyond that sits idle).
 	// Unknown when the brokers could not tell.
 	ConditionReplicasWithinPartitions = "ReplicasWithinPartitions"
+	// ConditionDatabaseDurable: a commit the database acknowledged survives
+	// a server crash and a failover (synchronous_commit not off, every
+	// standby synchronous). False names the risk (SynchronousCommitOff,
+	// AsynchronousStandby): the consumer then redoes lost batches from Kafka
+	// while the topic still holds them. Unknown when it could not be read.
+	ConditionDatabaseDurable = "DatabaseDurable"
 	// ConditionAutoscalingReady: present only with spec.autoscaling; True
 	// when the KEDA ScaledObject is applied.
 	ConditionAutoscalingReady = "AutoscalingReady"
@@ -64,6 +70,11 @@ const (
 // Condition reasons. Each failure has its own, so alerts and kubectl output
 // can tell them apart.
 const (
+	// DatabaseDurable reasons; the False ones are dedup.RiskSynchronousCommitOff
+	// and dedup.RiskAsyncStandby.
+	ReasonDurable           = "Durable"
+	ReasonDurabilityUnknown = "DurabilityUnknown"
+
 	ReasonReady     = "Ready"
 	ReasonSuspended = "Suspended"
 	ReasonDeleting  = "Deleting"
@@ -73,6 +84,8 @@ const (
 	ReasonSecretNotFound       = "SecretNotFound"
 	ReasonSecretKeyMissing     = "SecretKeyMissing"
 	ReasonInvalidURL           = "InvalidDatabaseURL"
+	ReasonInvalidDatabaseCA    = "InvalidDatabaseCA"
+	ReasonCertificateRejected  = "DatabaseCertificateRejected"
 	ReasonDatabaseUnreachable  = "DatabaseUnreachable"
 	ReasonAuthenticationFailed = "AuthenticationFailed"
 	ReasonDatabaseNotFound     = "DatabaseNotFound"

@@ -327,6 +327,22 @@ type DatabaseSpec struct {
 	// +required
 	URLSecretRef SecretKeyRef `json:"urlSecretRef"`
 
+	// caSecretRef selects a PEM CA bundle (one or more certificates) to
+	// verify the PostgreSQL server's certificate with, for a server whose
+	// certificate a private CA signed (RDS, Cloud SQL, CloudNativePG, your
+	// own). The operator verifies with it in memory; the consumer pods get it
+	// mounted as a file and PGSSLROOTCERT pointing at it, which pgx and libpq
+	// read as sslrootcert when the URL does not name one. A URL without
+	// sslmode is then used with sslmode=verify-full (both pods); a URL may
+	// say sslmode=verify-ca or verify-full, and any weaker sslmode
+	// (disable, allow, prefer, require) or an sslrootcert in the URL is
+	// refused with DatabaseReady=False, reason InvalidDatabaseURL, so the
+	// CA is never silently left unused. Absent means the URL's own TLS
+	// settings (with the system roots of each image for verify-full).
+	// docs/database-secrets.md has examples.
+	// +optional
+	CASecretRef *SecretKeyRef `json:"caSecretRef,omitempty"`
+
 	// schema holding the table. Created if missing. Immutable.
 	// +optional
 	// +kubebuilder:default=public

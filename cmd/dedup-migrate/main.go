@@ -69,7 +69,10 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	fs.BoolVar(&cfg.SyncTrigger, "sync-trigger", false, "keep copying rows inserted into the legacy table later (needs --table different from the legacy table)")
 	fs.BoolVar(&removeTrigger, "remove-sync-trigger", false, "drop the trigger --sync-trigger installed, and do nothing else")
 	fs.StringVar(&skippedCSV, "skipped-csv", "", "write the legacy rows not copied (id, group, time, reason) to this CSV file")
-	fs.DurationVar(&cfg.RenameLockTimeout, "rename-lock-timeout", migrate.DefaultRenameLockTimeout, "give up renaming the legacy table if it stays locked this long")
+	fs.DurationVar(&cfg.LockTimeout, "lock-timeout", migrate.DefaultLockTimeout, "give up DDL on the legacy table (rename, sync trigger) if it stays locked this long; its writers wait at most this long behind it")
+	fs.DurationVar(&cfg.LockTimeout, "rename-lock-timeout", migrate.DefaultLockTimeout, "former name of --lock-timeout")
+	fs.IntVar(&cfg.LockAttempts, "lock-attempts", migrate.DefaultLockAttempts, "tries of DDL on the legacy table that hits --lock-timeout, one lock timeout apart")
+	fs.BoolVar(&cfg.ConfirmPartitionDrop, "confirm-partition-drop", false, "let --retention drop partitions of an existing table that hold rows (refused otherwise)")
 	fs.BoolVar(&verbose, "v", false, "log every batch")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -79,6 +82,14 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return 2
 	}
 	cfg.Table.Scope, cfg.Table.Interval = dedup.Scope(scope), dedup.Interval(interval)
+	if removeTrigger && (cfg.SyncTrigger || cfg.DryRun) {
+		fmt.Fprintln(stderr, "dedup-migrate: --remove-sync-trigger does nothing else: drop --sync-trigger and --dry-run")
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "dedup-migrate:", err)
+		return 2
+	}
 	if url == "" {
 		url = getenv("DATABASE_URL")
 	}
@@ -114,7 +125,9 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		fmt.Fprintf(stdout, "sync trigger %s removed\n", migrate.SyncTriggerName)
 		return 0
 	}
-	if skippedCSV != "" {
+	if skippedCSV != "" && cfg.DryRun {
+		fmt.Fprintf(stderr, "dedup-migrate: dry run: %s is not written (a dry run changes nothing)\n", skippedCSV)
+	} else if skippedCSV != "" {
 		f, err := os.Create(skippedCSV)
 		if err != nil {
 			fmt.Fprintln(stderr, "dedup-migrate:", err)
@@ -130,8 +143,11 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "dedup-migrate:", err)
-		if errors.Is(err, context.Canceled) {
+		if rep != nil && rep.Interrupted || errors.Is(err, context.Canceled) {
 			fmt.Fprintln(stderr, "dedup-migrate: interrupted; run again to finish")
+		}
+		if errors.Is(err, migrate.ErrInvalidConfig) {
+			return 2
 		}
 		return 1
 	}

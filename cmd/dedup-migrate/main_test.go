@@ -55,6 +55,9 @@ func TestCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "dry run: nothing was changed") || !strings.Contains(out, "inside the window: 1 ") {
 		t.Fatalf("dry run: exit %d\n%s\n%s", code, out, errOut)
 	}
+	if _, err := os.Stat(csvPath); !os.IsNotExist(err) {
+		t.Errorf("the dry run wrote --skipped-csv (stat: %v); a dry run writes nothing", err)
+	}
 	code, out, errOut = run(args...)
 	if code != 0 || !strings.Contains(out, "copied now 1,") || !strings.Contains(out, "not_uuid_v7: 1") {
 		t.Fatalf("run: exit %d\n%s\n%s", code, out, errOut)
@@ -75,8 +78,18 @@ func TestCommand(t *testing.T) {
 	if code, _, errOut := run("--bogus"); code != 2 || !strings.Contains(errOut, "bogus") {
 		t.Errorf("unknown flag: exit %d %q", code, errOut)
 	}
-	if code, _, errOut := run("--scope", "Everything"); code != 1 || !strings.Contains(errOut, "scope") {
-		t.Errorf("bad scope: exit %d %q", code, errOut)
+	// Invalid arguments and combinations exit 2, as documented.
+	for _, bad := range [][]string{
+		{"--scope", "Everything"},
+		{"--group", "orders", "--sync-trigger"}, // in place: the legacy table must keep its name
+		{"--group", "orders", "--legacy-table", "old_events", "--rename-to", "x"},
+		{"--group", "orders", "--batch-size", "-1"},
+		{"--remove-sync-trigger", "--sync-trigger"},
+		{"--remove-sync-trigger", "--dry-run"},
+	} {
+		if code, _, errOut := run(bad...); code != 2 || errOut == "" {
+			t.Errorf("%v: exit %d %q, want 2 with a message", bad, code, errOut)
+		}
 	}
 	var noEnv strings.Builder
 	if code := Main(ctx, nil, func(string) string { return "" }, &noEnv, &noEnv); code != 2 || !strings.Contains(noEnv.String(), "DATABASE_URL") {

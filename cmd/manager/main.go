@@ -26,15 +26,10 @@ import (
 	"os"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -81,6 +76,8 @@ func main() {
 	flag.DurationVar(&opts.KafkaTimeout, "kafka-timeout", 10*time.Second, "Bound on one look at the brokers.")
 	flag.DurationVar(&opts.TopicCheckInterval, "topic-check-interval", time.Hour, "How often topic retention and partitions are checked again after a successful look (a look that fails is retried after 1m, doubling up to 10m); 0 disables the periodic check.")
 	var maxConns int
+	var watchNamespacesFlag string
+	flag.StringVar(&watchNamespacesFlag, "watch-namespaces", "", "Comma-separated namespaces whose IdempotentConsumers (and Secrets, Deployments) the manager watches; empty means the whole cluster. Pair a list with the RBAC of config/namespaced.")
 	flag.IntVar(&maxConns, "database-max-conns", 2, "Connections per distinct database URL.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -90,6 +87,11 @@ func main() {
 		return
 	}
 	pool.MaxConns = int32(maxConns)
+	watchNamespaces, werr := controllers.ParseWatchNamespaces(watchNamespacesFlag)
+	if werr != nil {
+		fmt.Fprintln(os.Stderr, werr)
+		os.Exit(2)
+	}
 	if opts.TopicCheckInterval > 0 && opts.TopicCheckInterval < time.Minute {
 		fmt.Fprintf(os.Stderr, "invalid --topic-check-interval %s: want 0 (off) or at least 1m (every object asks the brokers at that rate)\n", opts.TopicCheckInterval)
 		os.Exit(2)
@@ -137,12 +139,11 @@ func main() {
 		LeaderElectionNamespace: leaderElectionNamespace,
 		// The new leader starts at once when the old one exits cleanly.
 		LeaderElectionReleaseOnCancel: true,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only our Deployments are cached; Secrets are watched as metadata
-			// and read on demand, never cached whole.
-			&appsv1.Deployment{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: controllers.ManagedByValue})},
-		}},
-		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		// Only our Deployments are cached; Secrets are watched as metadata
+		// and read on demand, never cached whole; with --watch-namespaces
+		// every watch stays inside those namespaces.
+		Cache:  controllers.CacheOptions(watchNamespaces),
+		Client: controllers.ClientOptions(),
 	})
 	if err != nil {
 		setupLog.Error(err, "Creating the manager")
@@ -168,7 +169,7 @@ func main() {
 		os.Exit(1)
 	}
 
-	setupLog.Info("Starting the manager", "version", build.Version, "revision", build.Revision, "consumerImage", opts.ConsumerImage, "leaderElect", leaderElect)
+	setupLog.Info("Starting the manager", "version", build.Version, "revision", build.Revision, "consumerImage", opts.ConsumerImage, "leaderElect", leaderElect, "watchNamespaces", watchNamespaces)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Running the manager")
 		os.Exit(1)

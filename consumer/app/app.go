@@ -59,7 +59,7 @@ func run(ctx context.Context, opts Options, stderr io.Writer) int {
 	opts.Consumer.Logger = log
 	applyMemoryLimit(opts, log)
 
-	handler, err := buildSink(ctx, opts, log)
+	handler, external, err := buildSink(ctx, opts, log)
 	if err != nil {
 		log.Error("invalid sink configuration", "err", err)
 		return ExitConfig
@@ -70,7 +70,12 @@ func run(ctx context.Context, opts Options, stderr io.Writer) int {
 		reg.MustRegister(version.NewCollector(consumer.MetricsNamespace))
 		opts.Consumer.Registerer, opts.Consumer.Gatherer = reg, reg
 	}
-	c, err := consumer.New(opts.Consumer, handler)
+	var c *consumer.Consumer
+	if external != nil {
+		c, err = consumer.NewExternal(opts.Consumer, external)
+	} else {
+		c, err = consumer.New(opts.Consumer, handler)
+	}
 	if err != nil {
 		log.Error("invalid configuration", "err", configError(err))
 		return ExitConfig
@@ -131,23 +136,27 @@ func applyMemoryLimit(opts Options, log *slog.Logger) {
 	log.Info("memory limit", "containerLimit", opts.MemoryLimit, "goMemLimit", limit, "recordBudget", opts.Consumer.MemoryBudget)
 }
 
-func buildSink(ctx context.Context, opts Options, log *slog.Logger) (consumer.Handler, error) {
+// buildSink returns the sink as a transactional handler (sql, log, none:
+// their effects, if any, are in the dedup transaction or nowhere) or as an
+// external one (http: never called with a transaction open).
+func buildSink(ctx context.Context, opts Options, log *slog.Logger) (consumer.Handler, consumer.ExternalHandler, error) {
 	switch opts.Sink {
 	case "http":
-		return sink.HTTP(opts.HTTP)
+		h, err := sink.HTTPExternal(opts.HTTP)
+		return nil, h, err
 	case "sql":
 		h, err := sink.SQL(opts.SQL)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		checkStatement(ctx, opts, log)
-		return h, nil
+		return h, nil, nil
 	case "log":
-		return sink.Log(log), nil
+		return sink.Log(log), nil, nil
 	case "none":
-		return sink.None(), nil
+		return sink.None(), nil, nil
 	}
-	return nil, fmt.Errorf("unknown sink %q", opts.Sink)
+	return nil, nil, fmt.Errorf("unknown sink %q", opts.Sink)
 }
 
 // checkStatement prepares the SQL sink's statement once, so that a typo or a

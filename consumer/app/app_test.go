@@ -91,6 +91,14 @@ func TestParseErrorsNameTheSetting(t *testing.T) {
 		{func(m map[string]string) { m[envvars.TLSCAFile] = "/nonexistent/ca.pem" }, "CONSUMER_TLS_CA_FILE"},
 		{func(m map[string]string) { m[envvars.LogLevel] = "loud" }, "CONSUMER_LOG_LEVEL"},
 		{func(m map[string]string) { m[envvars.Envelope] = "xml" }, "CONSUMER_ENVELOPE"},
+		{func(m map[string]string) { m[envvars.Ordering] = "random" }, "CONSUMER_ORDERING"},
+		{func(m map[string]string) {
+			m[envvars.Sink] = "sql"
+			m[envvars.SinkSQLStatement] = "SELECT 1"
+			m[envvars.Ordering] = "key"
+		}, "CONSUMER_ORDERING"},
+		{func(m map[string]string) { m[envvars.MaxInFlight] = "0" }, "CONSUMER_MAX_IN_FLIGHT"},
+		{func(m map[string]string) { m[envvars.MaxInFlight] = "many" }, "CONSUMER_MAX_IN_FLIGHT"},
 	}
 	for _, tt := range tests {
 		m := base()

@@ -272,6 +272,16 @@ func build(v *values) (Options, error) {
 	c.HandlerBackoffMax = v.duration(ev.HandlerBackoffMax)
 	c.RetryBackoffMax = v.duration(ev.RetryBackoffMax)
 	c.ShutdownTimeout = v.duration(ev.ShutdownTimeout)
+	if s := v.str(ev.Ordering); s != "" {
+		if c.Ordering, err = consumer.ParseOrdering(s); err != nil {
+			v.fail(ev.Ordering, "%v", err)
+		}
+	}
+	if v.str(ev.MaxInFlight) != "" {
+		if c.MaxInFlight = v.int(ev.MaxInFlight); c.MaxInFlight < 1 {
+			v.fail(ev.MaxInFlight, "%d: must be at least 1", c.MaxInFlight)
+		}
+	}
 	c.Policies = map[consumer.Reason]consumer.Policy{}
 	for env, r := range policyVars {
 		p, err := consumer.ParsePolicy(v.str(env))
@@ -333,6 +343,9 @@ func build(v *values) (Options, error) {
 	if o.Sink != "http" && v.str(ev.SinkHTTPURL) != "" {
 		v.fail(ev.SinkHTTPURL, "is set but the sink is %q", o.Sink)
 	}
+	if o.Sink != "http" && c.Ordering != "" && c.Ordering != consumer.OrderingPartition {
+		v.fail(ev.Ordering, "%s is for the http sink; the %q sink handles a partition in offset order (Partition)", c.Ordering, o.Sink)
+	}
 	if o.Sink != "sql" && v.str(ev.SinkSQLStatement) != "" {
 		v.fail(ev.SinkSQLStatement, "is set but the sink is %q", o.Sink)
 	}
@@ -386,6 +399,7 @@ var configFields = map[string]string{
 	"DatabaseMaxConns": ev.DatabaseMaxConns, "Table": ev.TableName, "BatchSize": ev.BatchMaxMessages,
 	"BatchWait": ev.BatchMaxWait, "Envelope": ev.Envelope, "HandlerMaxAttempts": ev.HandlerMaxAttempts,
 	"HandlerBackoffMax": ev.HandlerBackoffMax, "RetryBackoffMax": ev.RetryBackoffMax, "ShutdownTimeout": ev.ShutdownTimeout,
+	"Ordering": ev.Ordering, "MaxInFlight": ev.MaxInFlight,
 	"MemoryBudget": ev.MemoryLimit,
 }
 

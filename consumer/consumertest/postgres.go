@@ -45,7 +45,10 @@ type Postgres struct {
 	exited   chan struct{}
 	logPath  string
 	settings []string
-	mu       sync.Mutex
+	// afterInit runs after initdb, before the first start (e.g. WithTLS
+	// writing its certificate files into the cluster directory).
+	afterInit []func(*Postgres) error
+	mu        sync.Mutex
 }
 
 // PostgresOption configures StartPostgres.
@@ -90,6 +93,12 @@ func StartPostgres(opts ...PostgresOption) (*Postgres, error) {
 	if err := pg.initdb(); err != nil {
 		pg.removeDir()
 		return nil, err
+	}
+	for _, f := range pg.afterInit {
+		if err := f(pg); err != nil {
+			pg.removeDir()
+			return nil, err
+		}
 	}
 	if err := pg.Start(); err != nil {
 		pg.removeDir()
@@ -200,24 +209,86 @@ func (pg *Postgres) signal(sig syscall.Signal, wait time.Duration) error {
 	if pg.cmd == nil {
 		return nil
 	}
-	// SIGKILL of the postmaster leaves its children; kill the whole group.
-	target := pg.cmd.Process.Pid
+	// SIGKILL of the postmaster leaves its children, and every backend makes
+	// itself a process group leader (InitPostmasterChild calls setsid), so
+	// the postmaster's group does not reach them: note them first.
+	pid := pg.cmd.Process.Pid
+	var children []int
+	target := pid
 	if sig == syscall.SIGKILL {
-		target = -target
+		target = -pid
+		children = childrenOf(pid)
 	}
 	_ = syscall.Kill(target, sig)
+	for _, c := range children {
+		_ = syscall.Kill(c, syscall.SIGKILL)
+	}
 	select {
 	case <-pg.exited:
 	case <-time.After(wait):
-		_ = syscall.Kill(-pg.cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		<-pg.exited
 	}
 	if sig == syscall.SIGKILL {
-		// Orphaned backends may linger a moment holding shared memory.
-		_ = syscall.Kill(-pg.cmd.Process.Pid, syscall.SIGKILL)
+		// The next Start refuses a data directory whose shared memory block
+		// is still attached: wait until the killed backends are gone.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		waitGone(children, 10*time.Second)
 	}
 	pg.cmd = nil
 	return nil
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc (none
+// without /proc).
+func childrenOf(pid int) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := procStat(c); ok && st.ppid == pid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// waitGone waits until none of pids is a live (non-zombie) process, or d has
+// passed. A zombie has released its memory; its reaping is its new parent's
+// business.
+func waitGone(pids []int, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for _, p := range pids {
+		for time.Now().Before(deadline) {
+			if st, ok := procStat(p); !ok || st.state == "Z" {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+type stat struct {
+	state string
+	ppid  int
+}
+
+// procStat reads the state and parent of pid from /proc/<pid>/stat.
+func procStat(pid int) (stat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return stat{}, false
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 2 {
+		return stat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return stat{state: f[0], ppid: ppid}, true
 }
 
 // Stop shuts the server down and removes the cluster directory.

@@ -49,9 +49,10 @@ const (
 // Secrets returns the values of cfg to keep out of logs, errors and
 // dead-letter headers: the Authorization value and its credentials (the part
 // after the scheme; for Basic, the decoded user:password and the password),
-// the URL's password, its path and query, each query value of at least 8
-// bytes and each path segment of at least 16 (tokens such as a webhook's
-// secret segment). The sink redacts them from its own errors; register them
+// the URL's password, its user name when it has no password or is at least
+// 16 bytes, the Basic credentials Go's client derives from them, the URL's
+// path and query, each query value of at least 8 bytes and each path segment
+// of at least 16 (tokens such as a webhook's secret segment). The sink redacts them from its own errors; register them
 // with consumer.Consumer.AddSecrets so the runtime does too.
 func (cfg HTTPConfig) Secrets() []string {
 	var out []string
@@ -80,9 +81,18 @@ func (cfg HTTPConfig) Secrets() []string {
 		return out
 	}
 	if u.User != nil {
-		if pw, ok := u.User.Password(); ok {
+		// Go's client sends the user info as a Basic Authorization header
+		// (when none is configured), which a provider may echo. A user name
+		// without a password is usually a token; a long one may be.
+		user := u.User.Username()
+		pw, hasPW := u.User.Password()
+		if hasPW {
 			add(pw)
 		}
+		if !hasPW || len(user) >= minSecretPathSegment {
+			add(user)
+		}
+		add(base64.StdEncoding.EncodeToString([]byte(user + ":" + pw)))
 	}
 	if p := u.EscapedPath(); p != "" && p != "/" {
 		add(p)
@@ -132,6 +142,18 @@ func (e *HTTPError) Error() string {
 // delivered: the error is consumer.Unavailable, so the runtime pauses the
 // batch and retries without dead-lettering while the endpoint is down.
 func HTTP(cfg HTTPConfig) (consumer.Handler, error) {
+	post, err := HTTPExternal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, _ pgx.Tx, ev *consumer.Event) error { return post(ctx, ev) }, nil
+}
+
+// HTTPExternal is HTTP as an external handler (consumer.NewExternal): the
+// request is sent with no database transaction open, concurrently with
+// other events' requests as the consumer's ordering allows, and its event id
+// is recorded after the answer. This is the form cmd/consumer uses.
+func HTTPExternal(cfg HTTPConfig) (consumer.ExternalHandler, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("URL %q: must be an absolute http or https URL", redactURL(cfg.URL))
@@ -157,7 +179,7 @@ func HTTP(cfg HTTPConfig) (consumer.Handler, error) {
 	// answer echoes: they end up in logs and dead-letter headers.
 	shown := redactURL(target)
 	secrets := cfg.Secrets()
-	return func(ctx context.Context, _ pgx.Tx, ev *consumer.Event) error {
+	return func(ctx context.Context, ev *consumer.Event) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(ev.Payload))
 		if err != nil {
 			return consumer.Permanent(err)

@@ -20,7 +20,8 @@ func TestDemoEndToEnd(t *testing.T) {
 	before := leftovers(t)
 	o := defaultOptions()
 	o.Unique = 600
-	o.Timeout = 5 * time.Minute
+	// The first step builds three binaries, slow on a busy 2-core machine.
+	o.Timeout = 10 * time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 	defer cancel()
 	var progress strings.Builder

@@ -37,6 +37,17 @@ const (
 	// when renaming it: a writer still using it makes the rename fail instead
 	// of queueing every other query behind it.
 	DefaultRenameLockTimeout = 5 * time.Second
+	// DefaultLockTimeout bounds every wait for the legacy table's lock (the
+	// rename, the sync trigger's creation and removal): its writers queue
+	// behind a waiting ALTER or CREATE TRIGGER, so the wait must be short.
+	DefaultLockTimeout = DefaultRenameLockTimeout
+	// DefaultLockAttempts is how often DDL on the legacy table is tried
+	// before giving up, pausing one lock timeout in between so the queued
+	// writers get through.
+	DefaultLockAttempts = 3
+	// interruptedCountTimeout bounds the count of what an interrupted run
+	// left in the new table (on a context of its own: the run's is gone).
+	interruptedCountTimeout = 30 * time.Second
 	// SyncTriggerName is the trigger Config.SyncTrigger installs on the
 	// legacy table.
 	SyncTriggerName = "idempotency_legacy_sync"
@@ -92,16 +103,33 @@ type Config struct {
 	// it with RemoveSyncTrigger once nothing writes the legacy table.
 	SyncTrigger bool
 	// Skipped, when set, receives a CSV line (event_id, consumer_group,
-	// processed_at, reason) for every legacy row not copied.
+	// processed_at, reason) for every legacy row not copied. A dry run
+	// writes nothing to it.
 	Skipped io.Writer
 
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logger receives progress (default: discarded).
 	Logger *slog.Logger
-	// RenameLockTimeout: see DefaultRenameLockTimeout.
+	// LockTimeout bounds each wait for a lock on the legacy table (its
+	// rename, the sync trigger's creation and removal); LockAttempts is how
+	// often that DDL is tried before Run gives up. Default 5s and 3.
+	LockTimeout  time.Duration
+	LockAttempts int
+	// RenameLockTimeout is the former name of LockTimeout, used when
+	// LockTimeout is zero.
 	RenameLockTimeout time.Duration
+	// ConfirmPartitionDrop lets Run drop partitions of an existing table
+	// that hold rows, when Retention is shorter than the table's partitions
+	// reach back (a re-run with a shorter retention than the first, or a
+	// re-run after the oldest partitions expired). Without it Run refuses,
+	// changing nothing, and names them.
+	ConfirmPartitionDrop bool
 }
+
+// ErrInvalidConfig marks the errors of a Config that can never work (the
+// command exits 2 for them).
+var ErrInvalidConfig = errors.New("invalid migration")
 
 // Reasons a legacy row is not copied, as in Report.Skipped and the CSV.
 const (
@@ -144,6 +172,20 @@ type Report struct {
 	Missing int64
 	// SyncTrigger names the trigger installed on the legacy table, if any.
 	SyncTrigger string
+	// LeftoverSyncTrigger names the trigger an earlier run installed,
+	// found on the legacy table by a run without SyncTrigger: it still
+	// copies every legacy insert until RemoveSyncTrigger.
+	LeftoverSyncTrigger string
+	// PartitionsDropped lists the partitions this run dropped (or, in a
+	// dry run, would drop): their ranges are older than the retention.
+	PartitionsDropped []string
+	// Interrupted is set when the copy stopped before the end (the context
+	// was cancelled, or a batch failed). Copied then counts the batches
+	// committed before, and Missing, when Counted, what is still missing.
+	Interrupted bool
+	// Counted is set when Missing was counted (after a finished copy, or
+	// after an interruption if the count itself succeeded).
+	Counted bool
 }
 
 // SkippedTotal is the number of legacy rows not copied.
@@ -166,6 +208,9 @@ func (r *Report) Write(w io.Writer) {
 	if r.DryRun {
 		fmt.Fprintln(w, "dry run: nothing was changed")
 	}
+	if r.Interrupted {
+		fmt.Fprintln(w, "INTERRUPTED: the copy did not finish; the counts below are what the new table holds now; run again to finish")
+	}
 	if r.Renamed {
 		fmt.Fprintf(w, "legacy table %s to %s\n", verb("renamed", "would be renamed"), r.Source)
 		for _, ix := range r.RenamedIndexes {
@@ -184,11 +229,22 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "partitions %s: %d (%s .. %s)\n", verb("created", "to create"), len(r.PartitionsCreated),
 			r.PartitionsCreated[0], r.PartitionsCreated[len(r.PartitionsCreated)-1])
 	}
+	if len(r.PartitionsDropped) > 0 {
+		fmt.Fprintf(w, "partitions %s (older than the retention): %d (%s .. %s)\n", verb("dropped", "to drop"), len(r.PartitionsDropped),
+			r.PartitionsDropped[0], r.PartitionsDropped[len(r.PartitionsDropped)-1])
+	}
 	fmt.Fprintf(w, "dedup window: %s\n", r.Window)
 	fmt.Fprintf(w, "legacy rows: %d\n", r.Rows)
-	if r.DryRun {
+	switch {
+	case r.DryRun:
 		fmt.Fprintf(w, "  inside the window: %d (copied unless present already)\n", r.Eligible)
-	} else {
+	case r.Interrupted && r.Counted:
+		fmt.Fprintf(w, "  inside the window: %d (in %s now: %d; copied by this run: %d; still missing: %d)\n",
+			r.Eligible, r.Target, r.Eligible-r.Missing, r.Copied, r.Missing)
+	case r.Interrupted:
+		fmt.Fprintf(w, "  inside the window: %d (copied by this run before the interruption: %d; what %s holds now could not be counted)\n",
+			r.Eligible, r.Copied, r.Target)
+	default:
 		fmt.Fprintf(w, "  inside the window: %d (copied now %d, present already %d)\n", r.Eligible, r.Copied, r.Eligible-r.Copied)
 	}
 	fmt.Fprintf(w, "  not copied: %d\n", r.SkippedTotal())
@@ -197,12 +253,16 @@ func (r *Report) Write(w io.Writer) {
 			fmt.Fprintf(w, "    %s: %d, e.g. %s\n", k, n, strings.Join(r.Samples[k], ", "))
 		}
 	}
-	if !r.DryRun {
+	if !r.DryRun && !r.Interrupted && r.Counted {
 		fmt.Fprintf(w, "verification: %d eligible rows missing from %s\n", r.Missing, r.Target)
 	}
 	if r.SyncTrigger != "" {
 		fmt.Fprintf(w, "sync trigger %s on %s %s: new legacy rows are copied too until it is removed\n",
 			r.SyncTrigger, r.Source, verb("installed", "would be installed"))
+	}
+	if r.LeftoverSyncTrigger != "" {
+		fmt.Fprintf(w, "sync trigger %s of an earlier run is still installed on %s: it copies every legacy insert; remove it with --remove-sync-trigger once nothing writes the legacy table\n",
+			r.LeftoverSyncTrigger, r.Source)
 	}
 }
 
@@ -237,8 +297,14 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.RenameLockTimeout == 0 {
-		c.RenameLockTimeout = DefaultRenameLockTimeout
+	if c.LockTimeout == 0 {
+		c.LockTimeout = c.RenameLockTimeout
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = DefaultLockTimeout
+	}
+	if c.LockAttempts == 0 {
+		c.LockAttempts = DefaultLockAttempts
 	}
 	return c
 }
@@ -248,6 +314,10 @@ func (c Config) withDefaults() Config {
 func (c Config) sameName() bool {
 	return c.LegacySchema == c.Table.Schema && c.Legacy == c.Table.Name
 }
+
+// Validate applies the defaults and checks the Config without a database:
+// the errors Run would return before touching one, marked ErrInvalidConfig.
+func (c Config) Validate() error { return c.withDefaults().validate() }
 
 func (c Config) validate() error {
 	var errs []error
@@ -285,8 +355,14 @@ func (c Config) validate() error {
 	if c.BatchSize < 1 || c.BatchSize > 1_000_000 {
 		errs = append(errs, fmt.Errorf("batch size: %d is not between 1 and 1000000", c.BatchSize))
 	}
+	if c.LockTimeout < time.Millisecond {
+		errs = append(errs, fmt.Errorf("lock timeout: %s is less than 1ms", c.LockTimeout))
+	}
+	if c.LockAttempts < 1 || c.LockAttempts > 100 {
+		errs = append(errs, fmt.Errorf("lock attempts: %d is not between 1 and 100", c.LockAttempts))
+	}
 	if len(errs) > 0 {
-		return fmt.Errorf("invalid migration: %w", errors.Join(errs...))
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 	}
 	return nil
 }
@@ -568,6 +644,19 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 	case !st.Exists && owner == "":
 		return nil, fmt.Errorf("creating %s needs the owner: the IdempotentConsumer's metadata.uid (kubectl get ic NAME -o jsonpath='{.metadata.uid}')", cfg.Table)
 	}
+	// An existing table is used as it is: partitions the retention would
+	// drop are dropped only when they are empty or the drop is confirmed.
+	now := cfg.Now()
+	if st.Exists {
+		drop := dedup.PlanPartitions(now, cfg.Table.Interval, cfg.Premake, cfg.Retention, cfg.Table.Name, st.Partitions).Drop
+		for _, p := range drop {
+			rep.PartitionsDropped = append(rep.PartitionsDropped, p.Name)
+		}
+		if err := checkDrops(ctx, pool, cfg, drop); err != nil {
+			return nil, err
+		}
+	}
+
 	// Rename the legacy table (and its indexes) out of the new table's way.
 	if rename {
 		rep.Renamed = true
@@ -579,7 +668,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 			rep.RenamedIndexes = append(rep.RenamedIndexes, ix.from+" -> "+ix.to)
 		}
 		if !cfg.DryRun {
-			if err := renameLegacy(ctx, pool, src, cfg.RenameTo, newIdx, cfg.RenameLockTimeout); err != nil {
+			if err := renameLegacy(ctx, pool, cfg, src, newIdx); err != nil {
 				return nil, err
 			}
 			log.Info("renamed the legacy table", "from", src.String(), "to", cfg.LegacySchema+"."+cfg.RenameTo)
@@ -592,7 +681,6 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 
 	// Create the partitioned table and its partitions.
 	rep.Created = !st.Exists
-	now := cfg.Now()
 	var rs []keyRange
 	if cfg.DryRun {
 		plan := dedup.PlanPartitions(now, cfg.Table.Interval, cfg.Premake, cfg.Retention, cfg.Table.Name, st.Partitions)
@@ -616,6 +704,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 		for _, p := range res.Created {
 			rep.PartitionsCreated = append(rep.PartitionsCreated, p.Name)
 		}
+		rep.PartitionsDropped = nil
+		for _, p := range res.Dropped {
+			rep.PartitionsDropped = append(rep.PartitionsDropped, p.Name)
+		}
 		if st, err = eng.Observe(ctx); err != nil {
 			return nil, err
 		}
@@ -635,6 +727,17 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 			}
 			log.Info("sync trigger installed", "trigger", SyncTriggerName, "table", src.String())
 		}
+	} else {
+		var left bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1 AND tgname = $2)`,
+			src.rel.oid, SyncTriggerName).Scan(&left); err != nil {
+			return nil, fmt.Errorf("looking for a sync trigger on %s: %w", src, err)
+		}
+		if left {
+			rep.LeftoverSyncTrigger = SyncTriggerName
+			log.Warn("the sync trigger of an earlier run is still installed; remove it with --remove-sync-trigger once nothing writes the legacy table",
+				"trigger", SyncTriggerName, "table", src.String())
+		}
 	}
 
 	if err := count(ctx, pool, cfg, src, rs, rep); err != nil {
@@ -643,6 +746,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 	if !cfg.DryRun {
 		for _, r := range rs {
 			if err := copyRange(ctx, pool, cfg, src, r, rep); err != nil {
+				// Say what the table holds now, not what a finished copy
+				// would have: count on a context of its own, as ctx may be
+				// the one that was cancelled.
+				rep.Interrupted = true
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptedCountTimeout)
+				defer cancel()
+				if cerr := countMissing(cctx, pool, cfg, src, rs, rep); cerr != nil {
+					log.Warn("counting the rows copied before the interruption", "error", cerr)
+				}
 				return rep, err
 			}
 		}
@@ -651,7 +763,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 		}
 		log.Info("copy done", "eligible", rep.Eligible, "copied", rep.Copied, "skipped", rep.SkippedTotal(), "missing", rep.Missing)
 	}
-	if cfg.Skipped != nil {
+	if cfg.Skipped != nil && !cfg.DryRun {
 		if err := writeSkipped(ctx, pool, cfg, src, rs, cfg.Skipped); err != nil {
 			return rep, err
 		}
@@ -770,8 +882,21 @@ SELECT count(*) FROM ins`, target, src.id, src.groupExpr("s", "$3::text"), src.a
 	}
 }
 
-// verify counts the eligible legacy rows that have no dedup row.
+// verify counts the eligible legacy rows that have no dedup row, and fails
+// when there are any.
 func verify(ctx context.Context, q querier, cfg Config, src source, rs []keyRange, rep *Report) error {
+	if err := countMissing(ctx, q, cfg, src, rs, rep); err != nil {
+		return err
+	}
+	if rep.Missing > 0 {
+		return fmt.Errorf("verifying the copy: %d eligible rows of %s are missing from %s (a partition dropped meanwhile?); run again", rep.Missing, src, cfg.Table)
+	}
+	return nil
+}
+
+// countMissing sets the report's Missing (and Counted): the eligible legacy
+// rows without a dedup row.
+func countMissing(ctx context.Context, q querier, cfg Config, src source, rs []keyRange, rep *Report) error {
 	match := "t.event_id = c.id"
 	if cfg.Table.Scope == dedup.ScopeConsumerGroup {
 		match += " AND t.consumer_group = c.grp"
@@ -781,10 +906,36 @@ func verify(ctx context.Context, q querier, cfg Config, src source, rs []keyRang
 	if err := q.QueryRow(ctx, sql, classifyArgs(cfg, rs)...).Scan(&rep.Missing); err != nil {
 		return fmt.Errorf("verifying the copy: %w", err)
 	}
-	if rep.Missing > 0 {
-		return fmt.Errorf("verifying the copy: %d eligible rows of %s are missing from %s (a partition dropped meanwhile?); run again", rep.Missing, src, cfg.Table)
-	}
+	rep.Counted = true
 	return nil
+}
+
+// checkDrops refuses, unless Config.ConfirmPartitionDrop, partitions the
+// retention would drop that hold rows (migrated ones, or the consumers').
+func checkDrops(ctx context.Context, q querier, cfg Config, drop []dedup.Partition) error {
+	if cfg.ConfirmPartitionDrop || len(drop) == 0 {
+		return nil
+	}
+	var (
+		full []string
+		rows int64
+	)
+	for _, p := range drop {
+		var n int64
+		if err := q.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{cfg.Table.Schema, p.Name}.Sanitize()).Scan(&n); err != nil {
+			return fmt.Errorf("counting the rows of partition %s: %w", p.Name, err)
+		}
+		if n > 0 {
+			full, rows = append(full, p.Name), rows+n
+		}
+	}
+	if len(full) == 0 {
+		return nil
+	}
+	return fmt.Errorf("refusing to drop %d partition(s) of %s holding %d rows (%s): retention %s ends after them, and an existing table is used as it is; "+
+		"run with the retention of the IdempotentConsumer's spec.dedup.retention (the one used before), or, if these rows are meant to go (they are older than that retention), "+
+		"confirm with ConfirmPartitionDrop (--confirm-partition-drop)",
+		len(full), cfg.Table, rows, strings.Join(full, ", "), cfg.Retention)
 }
 
 // writeSkipped writes the rows not copied as CSV.
@@ -854,19 +1005,41 @@ SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 	return out, nil
 }
 
-// renameLegacy renames the table and its indexes in one transaction. A short
-// lock_timeout makes it fail, rather than queue everything behind it, while a
-// writer still uses the table.
-func renameLegacy(ctx context.Context, pool *pgxpool.Pool, src source, renameTo string, idx []indexRename, lockTimeout time.Duration) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", lockTimeout.Milliseconds())); err != nil {
-			return fmt.Errorf("renaming %s: %w", src, err)
-		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s RENAME TO %s", src.ident(), pgx.Identifier{renameTo}.Sanitize())); err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == "55P03" {
-				return fmt.Errorf("renaming %s: the table is in use (lock timeout): stop the consumers writing it, then run again: %w", src, err)
+// legacyDDL runs fn, DDL on the legacy table, in a transaction whose
+// lock_timeout is Config.LockTimeout: while the DDL waits for a writer's
+// transaction, every other writer queues behind it, so it must give up soon
+// (and let them through) rather than wait as long as the open transaction
+// lasts. A lock timeout is retried up to Config.LockAttempts times, one
+// lock timeout apart.
+func legacyDDL(ctx context.Context, pool *pgxpool.Pool, cfg Config, src source, what string, fn func(pgx.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", cfg.LockTimeout.Milliseconds())); err != nil {
+				return err
 			}
+			return fn(tx)
+		})
+		if err == nil || !dedup.IsLockTimeout(err) {
+			return err
+		}
+		if attempt >= cfg.LockAttempts {
+			return fmt.Errorf("%s: %s is in use: another transaction held its lock through %d attempts of %s lock timeout (a writer with a long or idle open transaction?); "+
+				"end that transaction or stop the writers, or raise the lock timeout, then run again: %w", what, src, attempt, cfg.LockTimeout, err)
+		}
+		cfg.Logger.Warn("the legacy table is locked; retrying", "what", what, "table", src.String(), "attempt", attempt, "lockTimeout", cfg.LockTimeout)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(cfg.LockTimeout):
+		}
+	}
+}
+
+// renameLegacy renames the table and its indexes in one transaction, with
+// legacyDDL's lock timeout and retries.
+func renameLegacy(ctx context.Context, pool *pgxpool.Pool, cfg Config, src source, idx []indexRename) error {
+	return legacyDDL(ctx, pool, cfg, src, "renaming the legacy table", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s RENAME TO %s", src.ident(), pgx.Identifier{cfg.RenameTo}.Sanitize())); err != nil {
 			return fmt.Errorf("renaming %s: %w", src, err)
 		}
 		for _, ix := range idx {
@@ -913,7 +1086,7 @@ BEGIN
   RETURN NULL;
 END`)
 	fn := syncFunction(cfg).Sanitize()
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	return legacyDDL(ctx, pool, cfg, src, "installing the sync trigger", func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $idempotency_sync$%s$idempotency_sync$", fn, body)); err != nil {
 			return fmt.Errorf("creating the sync trigger function: %w", err)
 		}
@@ -936,7 +1109,7 @@ func RemoveSyncTrigger(ctx context.Context, pool *pgxpool.Pool, cfg Config) erro
 	if err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	return legacyDDL(ctx, pool, cfg, src, "removing the sync trigger", func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", pgx.Identifier{SyncTriggerName}.Sanitize(), src.ident())); err != nil {
 			return fmt.Errorf("dropping the sync trigger on %s: %w", src, err)
 		}

@@ -1,0 +1,194 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// ExternalHandler applies one new event whose effect is outside PostgreSQL:
+// an HTTP call, a message to another system. The runtime never calls it with
+// a database transaction open or a pool connection held, and it runs
+// concurrently with other events' calls as Config.Ordering allows.
+//
+// Guarantee: the handler is called at least once for every event id, and
+// again only in the windows described in docs/consumer.md ("Processing
+// model"): after a crash, a rebalance or a shutdown between a successful
+// call and the short transaction that records the id. The event id is
+// stable across those calls, so an effect that deduplicates on it (an HTTP
+// Idempotency-Key, see IdempotencyKeyTransport) happens once. The id is
+// recorded in the dedup table once.
+//
+// Errors are treated as a Handler's: retried (HandlerMaxAttempts), then
+// dead-lettered; Permanent dead-letters at once; Unavailable pauses the
+// event (without using an attempt or dead-lettering) and retries it.
+//
+// ctx carries the event (EventFromContext) and its trace context; it ends
+// when the partition is revoked (the call is then abandoned, and the
+// partition's next owner calls again with the same id) or when the shutdown
+// grace period is over.
+type ExternalHandler func(ctx context.Context, ev *Event) error
+
+// Ordering is which records of one partition may be handled concurrently.
+type Ordering string
+
+const (
+	// OrderingPartition handles one record of a partition at a time, in
+	// offset order. The only ordering of transactional handlers.
+	OrderingPartition Ordering = "Partition"
+	// OrderingKey handles records with different Kafka keys concurrently and
+	// records with the same key one at a time in offset order. Records with
+	// no key (nil or empty) share one key. The default of external handlers.
+	OrderingKey Ordering = "Key"
+	// OrderingUnordered handles any records concurrently.
+	OrderingUnordered Ordering = "Unordered"
+)
+
+// Defaults of the processing model.
+const (
+	DefaultMaxInFlight              = 64
+	DefaultIdleInTransactionTimeout = 5 * time.Second
+	// maxLookAheadFactor times MaxInFlight is how many records one partition
+	// holds fetched but not yet durably done.
+	maxLookAheadFactor = 4
+)
+
+// ParseOrdering accepts an ordering name in any case.
+func ParseOrdering(s string) (Ordering, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "partition":
+		return OrderingPartition, nil
+	case "key":
+		return OrderingKey, nil
+	case "unordered", "none":
+		return OrderingUnordered, nil
+	}
+	return "", fmt.Errorf("%q is not Partition, Key or Unordered", s)
+}
+
+// validateConcurrency checks the processing-model fields (after defaults).
+func (c Config) validateConcurrency() error {
+	switch c.Ordering {
+	case "", OrderingPartition, OrderingKey, OrderingUnordered:
+	default:
+		return cfgErr("Ordering", "%q is not Partition, Key or Unordered", c.Ordering)
+	}
+	if c.MaxInFlight < 0 || c.MaxInFlight > 10000 {
+		return cfgErr("MaxInFlight", "%d is not between 1 and 10000", c.MaxInFlight)
+	}
+	if c.IdleInTransactionTimeout > 0 && c.IdleInTransactionTimeout < 100*time.Millisecond {
+		return cfgErr("IdleInTransactionTimeout", "%v is below 100ms (a negative value leaves the server's setting)", c.IdleInTransactionTimeout)
+	}
+	return nil
+}
+
+// NewExternal validates cfg and returns a Consumer for a handler whose
+// effects are outside the database (see ExternalHandler). Ordering defaults
+// to OrderingKey and MaxInFlight to 64. It does not connect to anything.
+func NewExternal(cfg Config, h ExternalHandler) (*Consumer, error) {
+	if h == nil {
+		return nil, cfgErr("Handler", "must not be nil")
+	}
+	if cfg.Ordering == "" {
+		cfg.Ordering = OrderingKey
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	c, err := newConsumer(cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.external = h
+	c.inFlight = make(chan struct{}, c.cfg.MaxInFlight)
+	c.claims = newClaims()
+	return c, nil
+}
+
+// RunExternal validates cfg, then consumes with an external handler until
+// ctx is done or an event's reason has PolicyStop. See Consumer.Run.
+func RunExternal(ctx context.Context, cfg Config, h ExternalHandler) error {
+	c, err := NewExternal(cfg, h)
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+// callOutcome is what became of one record's handler calls.
+type callOutcome uint8
+
+const (
+	outSucceeded callOutcome = iota // the handler returned nil
+	outFailed                       // attempts used up, or Permanent: the handler_failed policy applies
+	outDuplicate                    // another record with the same id succeeded first (claims.go)
+	outAbandoned                    // the partition was revoked or shutdown ran out of time
+)
+
+// callExternal runs the handler for r with retries, holding a MaxInFlight
+// slot only while a call runs. Unavailable errors pause and retry without
+// using an attempt.
+func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
+	c := p.w.c
+	hctx := ContextWithEvent(ctx, &r.ev)
+	if r.hasTrace {
+		hctx = ContextWithTrace(hctx, r.trace)
+	}
+	bo := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
+	unavail := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	for attempt := 1; ; {
+		select {
+		case c.inFlight <- struct{}{}:
+		case <-ctx.Done():
+			return outAbandoned
+		}
+		c.xm.calls.WithLabelValues(c.cfg.Topic).Inc()
+		err := p.invoke(hctx, &r.ev)
+		c.xm.calls.WithLabelValues(c.cfg.Topic).Dec()
+		<-c.inFlight
+		if err == nil {
+			if c.health.ok(compHandler) > 0 {
+				p.w.log.Info("the handler's dependency is available again")
+			}
+			return outSucceeded
+		}
+		if ctx.Err() != nil {
+			return outAbandoned
+		}
+		c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
+		text := redactText(err.Error(), c.secrets...)
+		if IsUnavailable(err) {
+			c.metrics.infraErrors.WithLabelValues(compHandler).Inc()
+			if c.health.fail(compHandler, errors.New(text)) {
+				p.w.log.Warn("the handler's dependency is unavailable; pausing the event and retrying", "offset", r.ev.Offset, "eventId", r.ev.ID, "err", text)
+			}
+			if !sleep(ctx, unavail.next()) {
+				return outAbandoned
+			}
+			continue
+		}
+		r.attempts, r.errText = attempt, text
+		if IsPermanent(err) || attempt >= c.cfg.HandlerMaxAttempts {
+			return outFailed
+		}
+		p.w.log.Debug("handler failed; retrying", "offset", r.ev.Offset, "eventId", r.ev.ID, "attempt", attempt, "err", text)
+		attempt++
+		if !sleep(ctx, bo.next()) {
+			return outAbandoned
+		}
+	}
+}
+
+// invoke runs the external handler, turning a panic into an error.
+func (p *xpart) invoke(ctx context.Context, ev *Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.w.log.Error("handler panicked", "offset", ev.Offset, "eventId", ev.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return p.w.c.external(ctx, ev)
+}
