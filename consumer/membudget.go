@@ -19,7 +19,9 @@ import (
 //     batch (the carry, below). A fetch response itself is streamed from the
 //     socket, record by record, so MaxBytes costs memory only through a
 //     compressed record batch, which is decompressed whole.
-//   - the batches: records taken from the reader until their batch is done.
+//   - the records taken from the reader: a transactional handler's batch
+//     until it is committed, an external handler's window record by record
+//     until each is recorded, dead-lettered or skipped (holdRecord).
 //
 // Half the budget goes to each. The readers' half is split evenly between the
 // partitions assigned in the generation; as kafka-go's queue is counted in
