@@ -172,6 +172,14 @@ type Config struct {
 	// default 200ms.
 	BatchWait time.Duration
 
+	// MemoryBudget bounds, in bytes, the records the process holds across all
+	// its partitions: the readers' prefetch queues and the batches (see
+	// docs/consumer.md, "Memory budget"). 0 means unbounded (100 records
+	// prefetched and up to 16 MiB per batch, per partition). A budget set from
+	// a container's memory limit should leave room for the rest of the heap
+	// and the garbage collector: the ready-made consumer uses half the limit.
+	MemoryBudget int64
+
 	// Envelope says where the event id is; default the JSON "eventId" field,
 	// values up to 1 MiB.
 	Envelope Envelope
@@ -385,6 +393,9 @@ func (c Config) Validate() error {
 	if c.BatchWait < 0 || c.BatchWait > time.Minute {
 		return cfgErr("BatchWait", "%v is not between 0 and 1m", c.BatchWait)
 	}
+	if c.MemoryBudget < 0 {
+		return cfgErr("MemoryBudget", "%d must not be negative (0: unbounded)", c.MemoryBudget)
+	}
 	if err := c.Envelope.Validate(); err != nil {
 		return cfgErr("Envelope", "%v", err)
 	}
@@ -465,6 +476,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("scope", string(c.Table.Scope)),
 		slog.Int("batchSize", c.BatchSize),
 		slog.Duration("batchWait", c.BatchWait),
+		slog.Int64("memoryBudget", c.MemoryBudget),
 		slog.String("envelope", string(c.Envelope.Mode)),
 		slog.Int("handlerMaxAttempts", c.HandlerMaxAttempts),
 		slog.Any("policies", c.Policies),

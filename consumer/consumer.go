@@ -38,6 +38,8 @@ type Consumer struct {
 	inFlight chan struct{}
 	claims   *claims
 	xm       *xmetrics
+	// mem is the process-wide memory budget (membudget.go).
+	mem *memBudget
 
 	mu      sync.Mutex
 	pool    *pgxpool.Pool
@@ -107,6 +109,9 @@ func newConsumer(cfg Config, h Handler) (*Consumer, error) {
 	c.metrics = m
 	if c.xm, err = newXMetrics(reg); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	if c.mem, err = newMemBudget(cfg.MemoryBudget, reg); err != nil {
+		return nil, err
 	}
 	c.health = newHealth(func(ready bool) {
 		if ready {

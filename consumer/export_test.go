@@ -20,3 +20,6 @@ func DisableDedup(c *Consumer) { c.hooks.disableDedup = true }
 func SetBeforeRecordHook(c *Consumer, fn func(partition int, ids []uuid.UUID) error) {
 	c.hooks.beforeRecord = fn
 }
+
+// PeakInflightBytes is the highest value the inflight_bytes gauge has had.
+func PeakInflightBytes(c *Consumer) int64 { return c.mem.peak.Load() }

@@ -63,6 +63,7 @@ func (p *xpart) flush() error {
 			c.claims.release(r.ev.ID, r.claim)
 		}
 		p.bytes.Add(-r.size)
+		p.w.mem.releaseRecord(&r.msg)
 		p.countDone(r)
 		<-p.room
 	}

@@ -26,7 +26,8 @@ type worker struct {
 	log       *slog.Logger
 	inserter  *dedup.Inserter
 	reader    *kafka.Reader
-	guard     txGuard // batch-transaction safety nets (txguard.go)
+	guard     txGuard       // batch-transaction safety nets (txguard.go)
+	mem       *partitionMem // this worker's part of the memory budget (membudget.go)
 	// assignStart is where this assignment started; dbPos is the position
 	// this worker last read from or recorded in the database (noPosition:
 	// none). See positions.go.
@@ -45,14 +46,17 @@ func (w *worker) run(genCtx context.Context) {
 	w.genCtx = genCtx
 	w.log = c.log.With("partition", w.partition, "generation", w.gen.ID)
 	w.inserter = c.inserter
+	// The memory budget is shared by the partitions of this generation.
+	w.mem = c.mem.forPartitions(len(w.gen.Assignments[c.cfg.Topic]), c.cfg.Envelope.MaxBytes)
+	defer w.mem.release()
 	w.reader = kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        c.cfg.Brokers,
 		Topic:          c.cfg.Topic,
 		Partition:      w.partition,
 		Dialer:         c.kafka.dialer,
-		QueueCapacity:  100,
+		QueueCapacity:  w.mem.plan.queueCapacity,
 		MinBytes:       1,
-		MaxBytes:       max(c.cfg.Envelope.MaxBytes, 1<<20) + 64<<10,
+		MaxBytes:       w.mem.plan.fetchMaxBytes,
 		MaxWait:        500 * time.Millisecond,
 		ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second,
@@ -123,21 +127,21 @@ func (w *worker) run(genCtx context.Context) {
 	}
 }
 
-// maxBatchBytes bounds the keys and values one batch holds in memory, so
-// that large records can't multiply into BatchSize times MaxBytes.
-const maxBatchBytes = 16 << 20
-
-// collect fetches up to BatchSize records (and about maxBatchBytes): it waits for the first without a
-// limit (checking the database's position every positionCheckInterval meanwhile), then at most
-// BatchWait for the rest.
+// collect fetches up to BatchSize records (and at most the partition's batch
+// bytes of the memory budget, the first record excepted): it waits for the
+// first without a limit (checking the database's position every
+// positionCheckInterval meanwhile), then at most BatchWait for the rest. The
+// previous batch is done when it is called, so its bytes are released first;
+// a record that does not fit is carried over to start the next batch.
 func (w *worker) collect() ([]kafka.Message, error) {
-	var first kafka.Message
-	for {
+	w.mem.release()
+	first, ok := w.mem.takeCarry(w.reader)
+	for !ok {
 		ctx, cancel := context.WithTimeout(w.genCtx, positionCheckInterval)
 		m, err := w.reader.FetchMessage(ctx)
 		cancel()
 		if err == nil {
-			first = m
+			first, ok = m, true
 			break
 		}
 		if w.genCtx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
@@ -147,6 +151,9 @@ func (w *worker) collect() ([]kafka.Message, error) {
 			return nil, errAbandoned
 		}
 	}
+	if err := w.mem.first(w.genCtx, &first); err != nil {
+		return nil, err // the generation ended while other batches held the budget
+	}
 	batch := make([]kafka.Message, 1, min(w.c.cfg.BatchSize, 1024))
 	batch[0] = first
 	if w.c.cfg.BatchSize == 1 {
@@ -154,14 +161,15 @@ func (w *worker) collect() ([]kafka.Message, error) {
 	}
 	ctx, cancel := context.WithTimeout(w.genCtx, w.c.cfg.BatchWait)
 	defer cancel()
-	size := len(first.Key) + len(first.Value)
-	for len(batch) < w.c.cfg.BatchSize && size < maxBatchBytes {
+	for len(batch) < w.c.cfg.BatchSize {
 		m, err := w.reader.FetchMessage(ctx)
 		if err != nil {
 			break // the wait is over, or the generation ended: process what we have
 		}
+		if !w.mem.next(&m) {
+			break // carried over: the batch is full in bytes
+		}
 		batch = append(batch, m)
-		size += len(m.Key) + len(m.Value)
 	}
 	return batch, nil
 }

@@ -145,14 +145,26 @@ func (p *xpart) close() {
 		if r.claim != nil && r.owner {
 			p.c.claims.release(r.ev.ID, r.claim)
 		}
+		p.w.mem.releaseRecord(&r.msg)
+	}
+	for {
+		select {
+		case m := <-p.fetched:
+			p.w.mem.releaseRecord(&m)
+			continue
+		default:
+		}
+		break
 	}
 	t := p.c.cfg.Topic
 	p.c.xm.pending.WithLabelValues(t).Sub(float64(p.pending))
 	p.c.xm.waiting.WithLabelValues(t).Sub(float64(p.waiting))
 }
 
-// fetch feeds the loop, holding at most lookAhead records and about
-// maxBatchBytes of keys and values fetched and not yet done.
+// fetch feeds the loop, holding at most lookAhead records and about the
+// partition's share of the memory budget (plan.batchBytes) of keys and
+// values fetched and not yet done; each record also holds its bytes of the
+// process-wide budget until it is done (membudget.go).
 func (p *xpart) fetch(ctx context.Context) {
 	defer close(p.fetchDone)
 	c := p.c
@@ -163,7 +175,7 @@ func (p *xpart) fetch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		for p.bytes.Load() >= maxBatchBytes {
+		for p.bytes.Load() >= p.w.mem.plan.batchBytes {
 			select {
 			case <-p.freed:
 			case <-ctx.Done():
@@ -188,6 +200,10 @@ func (p *xpart) fetch(ctx context.Context) {
 		}
 		bo.reset()
 		c.health.ok(compKafka)
+		if err := p.w.mem.holdRecord(ctx, &m); err != nil {
+			<-p.room
+			return // the session ended while other partitions held the budget
+		}
 		p.bytes.Add(int64(len(m.Key) + len(m.Value)))
 		p.fetched <- m // never blocks: room bounds it
 	}

@@ -296,6 +296,17 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 		val(envvars.BatchMaxWait, obj.BatchMaxWait().String()),
 		val(envvars.PolicyOutsideWindow, string(obj.OutOfWindowPolicy())),
 		val(envvars.ListenAddr, ":"+strconv.Itoa(consumerPort)),
+		// The consumer sizes its prefetch and batches, and the Go runtime's
+		// memory limit, to the container's memory limit.
+		{Name: envvars.MemoryLimit, ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
+			ContainerName: consumerContainer, Resource: "limits.memory",
+		}}},
+	}
+	if o := obj.Spec.Consumer.Ordering; o != "" {
+		env = append(env, val(envvars.Ordering, string(o)))
+	}
+	if n := obj.Spec.Consumer.MaxInFlight; n != nil {
+		env = append(env, val(envvars.MaxInFlight, strconv.Itoa(int(*n))))
 	}
 
 	sink := obj.Spec.Consumer.Sink

@@ -171,6 +171,14 @@ func testSampleBecomesReady(t *testing.T, te *testEnv) {
 		envvars.SASLMechanism:       "SCRAM-SHA-512",
 		envvars.TLSEnabled:          "true",
 		envvars.TLSCAFile:           "/etc/idempotency/kafka-tls/kafka-tls-ca/ca.crt",
+		envvars.Ordering:            "Key",
+		envvars.MaxInFlight:         "64",
+	}
+	// The container's memory limit, through the downward API (the API
+	// server checks the container name and the resource).
+	if r := env[envvars.MemoryLimit].ValueFrom; r == nil || r.ResourceFieldRef == nil ||
+		r.ResourceFieldRef.ContainerName != c.Name || r.ResourceFieldRef.Resource != "limits.memory" {
+		t.Errorf("env %s = %+v, want the container's limits.memory", envvars.MemoryLimit, env[envvars.MemoryLimit])
 	}
 	for name, want := range wantValues {
 		if got := env[name]; got.Value != want || got.ValueFrom != nil {

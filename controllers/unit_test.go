@@ -36,6 +36,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
@@ -163,6 +164,51 @@ func TestBuildDeploymentEnv(t *testing.T) {
 		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && !refs[e.ValueFrom.SecretKeyRef.Name+"/"+e.ValueFrom.SecretKeyRef.Key] {
 			t.Errorf("env %s uses an untracked Secret key", e.Name)
 		}
+	}
+}
+
+// TestBuildDeploymentOrderingAndMemoryLimit: ordering and maxInFlight reach
+// the consumer only when set, and the container's memory limit always does,
+// through the downward API, so the consumer can size itself to it.
+func TestBuildDeploymentOrderingAndMemoryLimit(t *testing.T) {
+	obj := builtObject()
+	c := BuildDeployment(obj, BuildOptions{}).Spec.Template.Spec.Containers[0]
+	env := envMap(c.Env)
+	for _, name := range []string{envvars.Ordering, envvars.MaxInFlight} {
+		if _, ok := env[name]; ok {
+			t.Errorf("%s set although the spec leaves it empty (the consumer's default applies)", name)
+		}
+	}
+	var mem *corev1.EnvVar
+	for i := range c.Env {
+		if c.Env[i].Name == envvars.MemoryLimit {
+			mem = &c.Env[i]
+		}
+	}
+	want := corev1.ResourceFieldSelector{ContainerName: c.Name, Resource: "limits.memory"}
+	if mem == nil || mem.Value != "" || mem.ValueFrom == nil || mem.ValueFrom.ResourceFieldRef == nil || *mem.ValueFrom.ResourceFieldRef != want {
+		t.Fatalf("%s = %+v, want valueFrom.resourceFieldRef %+v", envvars.MemoryLimit, mem, want)
+	}
+
+	obj.Spec.Consumer.Ordering = kafkav1alpha1.OrderingKey
+	obj.Spec.Consumer.MaxInFlight = ptr.To(int32(128))
+	obj.Spec.Consumer.Env = []corev1.EnvVar{{Name: envvars.MemoryLimit, Value: "1"}} // ours: dropped
+	c = BuildDeployment(obj, BuildOptions{}).Spec.Template.Spec.Containers[0]
+	env = envMap(c.Env)
+	if env[envvars.Ordering] != "Key" || env[envvars.MaxInFlight] != "128" {
+		t.Errorf("ordering %q maxInFlight %q, want Key and 128", env[envvars.Ordering], env[envvars.MaxInFlight])
+	}
+	n := 0
+	for _, e := range c.Env {
+		if e.Name == envvars.MemoryLimit {
+			n++
+			if e.ValueFrom == nil {
+				t.Errorf("user env overrode %s", envvars.MemoryLimit)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%s set %d times", envvars.MemoryLimit, n)
 	}
 }
 

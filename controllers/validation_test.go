@@ -151,6 +151,12 @@ func testInvalidObjectsRejected(t *testing.T, te *testEnv) {
 		{"sink None with the default image", []func(map[string]any){set("spec.consumer.sink", map[string]any{"type": "None"})}, "sink type None needs a custom image"},
 		{"negative replicas", []func(map[string]any){set("spec.consumer.replicas", int64(-1))}, "spec.consumer.replicas"},
 		{"batch wait too long", []func(map[string]any){set("spec.consumer.batch", map[string]any{"maxWait": "5m"})}, "maxWait must be at most 1m"},
+		{"key ordering with the SQL sink", []func(map[string]any){set("spec.consumer.sink", map[string]any{"type": "SQL", "sql": map[string]any{"statement": "SELECT 1"}}), set("spec.consumer.ordering", "Key")}, "ordering Key and Unordered are for the HTTP sink"},
+		{"unordered with the SQL sink", []func(map[string]any){set("spec.consumer.sink", map[string]any{"type": "SQL", "sql": map[string]any{"statement": "SELECT 1"}}), set("spec.consumer.ordering", "Unordered")}, "the SQL sink runs in the dedup transaction and keeps Partition ordering"},
+		{"key ordering with the Log sink", []func(map[string]any){set("spec.consumer.ordering", "Key")}, "ordering Key and Unordered are for the HTTP sink"},
+		{"unknown ordering", []func(map[string]any){set("spec.consumer.ordering", "Offset")}, `Unsupported value: "Offset"`},
+		{"max in flight zero", []func(map[string]any){set("spec.consumer.maxInFlight", int64(0))}, "spec.consumer.maxInFlight"},
+		{"max in flight too high", []func(map[string]any){set("spec.consumer.maxInFlight", int64(4097))}, "spec.consumer.maxInFlight"},
 		// Autoscaling.
 		{"autoscaling max below min", []func(map[string]any){set("spec.autoscaling", map[string]any{"enabled": true, "minReplicas": int64(4), "maxReplicas": int64(2)})}, "maxReplicas must be at least minReplicas"},
 		{"autoscaling without max", []func(map[string]any){set("spec.autoscaling", map[string]any{"enabled": true})}, "spec.autoscaling.maxReplicas: Required value"},
@@ -188,6 +194,22 @@ func testInvalidObjectsRejected(t *testing.T, te *testEnv) {
 		sample.Namespace = ns
 		if err := te.c.Create(context.Background(), sample); err != nil {
 			t.Errorf("sample %s refused: %v", f, err)
+		}
+	}
+
+	// Partition ordering suits every sink; Key and Unordered the HTTP sink.
+	for i, mods := range [][]func(map[string]any){
+		{set("spec.consumer.sink", map[string]any{"type": "SQL", "sql": map[string]any{"statement": "SELECT 1"}}), set("spec.consumer.ordering", "Partition")},
+		{set("spec.consumer.sink", map[string]any{"type": "HTTP", "http": map[string]any{"url": "https://x"}}), set("spec.consumer.ordering", "Unordered"), set("spec.consumer.maxInFlight", int64(4096))},
+	} {
+		obj := validObject(ns, fmt.Sprintf("ordering-%d", i))
+		for _, m := range mods {
+			m(obj)
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		u.SetGroupVersionKind(schema.GroupVersionKind{Group: "kafka.idempotency.dev", Version: "v1alpha1", Kind: "IdempotentConsumer"})
+		if err := te.c.Create(context.Background(), u); err != nil {
+			t.Errorf("ordering case %d refused: %v", i, err)
 		}
 	}
 

@@ -88,6 +88,22 @@ const (
 	SinkNone SinkType = "None"
 )
 
+// Ordering says which records of one Kafka partition the consumer may process
+// at the same time.
+// +kubebuilder:validation:Enum=Partition;Key;Unordered
+type Ordering string
+
+const (
+	// OrderingPartition processes a partition's records one after another,
+	// in offset order.
+	OrderingPartition Ordering = "Partition"
+	// OrderingKey processes records with different Kafka keys concurrently
+	// and records with the same key in offset order.
+	OrderingKey Ordering = "Key"
+	// OrderingUnordered processes any of a partition's records concurrently.
+	OrderingUnordered Ordering = "Unordered"
+)
+
 // SASLMechanism is a Kafka SASL mechanism.
 // +kubebuilder:validation:Enum=PLAIN;SCRAM-SHA-256;SCRAM-SHA-512
 type SASLMechanism string
@@ -443,6 +459,7 @@ type DedupSpec struct {
 
 // ConsumerSpec describes the consumer Deployment.
 // +kubebuilder:validation:XValidation:rule="self.sink.type != 'None' || has(self.image)",message="sink type None needs a custom image that brings its own handler: set consumer.image, or choose sink type HTTP or SQL"
+// +kubebuilder:validation:XValidation:rule="!has(self.ordering) || self.ordering == 'Partition' || self.sink.type == 'HTTP' || self.sink.type == 'None'",message="ordering Key and Unordered are for the HTTP sink (or a custom image, sink type None): the SQL sink runs in the dedup transaction and keeps Partition ordering, and so does Log"
 type ConsumerSpec struct {
 	// image of the consumer. Empty means the operator's default consumer
 	// image (the project's ready-made consumer, cmd/consumer).
@@ -476,8 +493,30 @@ type ConsumerSpec struct {
 	// +kubebuilder:default={}
 	Batch BatchSpec `json:"batch,omitzero"`
 
+	// ordering says which records of one Kafka partition the consumer may
+	// process at the same time: Partition (one after another, in offset
+	// order), Key (records with different Kafka keys concurrently, records
+	// with the same key in offset order) or Unordered (any records
+	// concurrently). In every mode the offset is committed only past records
+	// that are done. Empty means the sink's default: Key for HTTP, Partition
+	// for SQL and Log. The SQL sink accepts only Partition.
+	// +optional
+	Ordering Ordering `json:"ordering,omitempty"`
+
+	// maxInFlight bounds the records one consumer pod processes at the same
+	// time, across all its partitions (for the HTTP sink: the requests in
+	// flight). Empty means the consumer's default, 64. The SQL sink, which
+	// processes each partition in order, ignores it.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4096
+	MaxInFlight *int32 `json:"maxInFlight,omitempty"`
+
 	// resources of the consumer container. Empty means modest defaults
-	// (requests 50m CPU and 64Mi memory, limit 256Mi memory).
+	// (requests 50m CPU and 64Mi memory, limit 256Mi memory). The consumer
+	// sizes its Kafka prefetch and batches to half the memory limit and sets
+	// the Go runtime's memory limit to 70% of it (docs/consumer.md, "Memory
+	// budget"); without a memory limit it is sized to the node's memory.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 

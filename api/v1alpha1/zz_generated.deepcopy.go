@@ -96,6 +96,11 @@ func (in *ConsumerSpec) DeepCopyInto(out *ConsumerSpec) {
 	}
 	in.Sink.DeepCopyInto(&out.Sink)
 	in.Batch.DeepCopyInto(&out.Batch)
+	if in.MaxInFlight != nil {
+		in, out := &in.MaxInFlight, &out.MaxInFlight
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Resources != nil {
 		in, out := &in.Resources, &out.Resources
 		*out = new(corev1.ResourceRequirements)

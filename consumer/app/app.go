@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -56,6 +57,7 @@ func run(ctx context.Context, opts Options, stderr io.Writer) int {
 	}
 	log := slog.New(consumer.RedactingHandler(h, opts.Secrets...))
 	opts.Consumer.Logger = log
+	applyMemoryLimit(opts, log)
 
 	handler, external, err := buildSink(ctx, opts, log)
 	if err != nil {
@@ -116,6 +118,22 @@ func run(ctx context.Context, opts Options, stderr io.Writer) int {
 		log.Error("consumer failed", "err", runErr)
 		return ExitFailed
 	}
+}
+
+// applyMemoryLimit sets the Go runtime's soft memory limit from the
+// container's, so that the garbage collector works harder before the kernel
+// kills the process, unless GOMEMLIMIT says otherwise.
+func applyMemoryLimit(opts Options, log *slog.Logger) {
+	if opts.MemoryLimit <= 0 {
+		return
+	}
+	if opts.GoMemLimitSet {
+		log.Info("memory limit", "containerLimit", opts.MemoryLimit, "goMemLimit", "from GOMEMLIMIT", "recordBudget", opts.Consumer.MemoryBudget)
+		return
+	}
+	limit := percentOf(opts.MemoryLimit, GoMemLimitPercent)
+	debug.SetMemoryLimit(limit)
+	log.Info("memory limit", "containerLimit", opts.MemoryLimit, "goMemLimit", limit, "recordBudget", opts.Consumer.MemoryBudget)
 }
 
 // buildSink returns the sink as a transactional handler (sql, log, none:

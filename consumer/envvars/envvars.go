@@ -56,10 +56,11 @@ const (
 	PolicyOversized        = "CONSUMER_POLICY_OVERSIZED"
 	PolicyOutsideWindow    = "CONSUMER_POLICY_OUTSIDE_WINDOW" // also Process (handle without dedup)
 	PolicyHandlerFailed    = "CONSUMER_POLICY_HANDLER_FAILED"
-	ListenAddr             = "CONSUMER_LISTEN_ADDR" // /healthz /readyz /metrics; default ":8080"
-	LogLevel               = "CONSUMER_LOG_LEVEL"   // debug, info (default), warn, error
-	LogFormat              = "CONSUMER_LOG_FORMAT"  // json (default) or text
-	Sink                   = "CONSUMER_SINK"        // http, sql, log or none (required)
+	ListenAddr             = "CONSUMER_LISTEN_ADDR"  // /healthz /readyz /metrics; default ":8080"
+	LogLevel               = "CONSUMER_LOG_LEVEL"    // debug, info (default), warn, error
+	LogFormat              = "CONSUMER_LOG_FORMAT"   // json (default) or text
+	MemoryLimit            = "CONSUMER_MEMORY_LIMIT" // bytes: the container's memory limit (downward API)
+	Sink                   = "CONSUMER_SINK"         // http, sql, log or none (required)
 	SinkHTTPURL            = "CONSUMER_SINK_HTTP_URL"
 	SinkHTTPTimeout        = "CONSUMER_SINK_HTTP_TIMEOUT"
 	SinkHTTPAuthorization  = "CONSUMER_SINK_HTTP_AUTHORIZATION" // secret; sent as the Authorization header
@@ -84,6 +85,6 @@ var All = []string{
 	Ordering, MaxInFlight,
 	PolicyNotJSON, PolicyMissingID, PolicyInvalidUUID, PolicyWrongUUIDVersion, PolicyOversized,
 	PolicyOutsideWindow, PolicyHandlerFailed,
-	ListenAddr, LogLevel, LogFormat,
+	ListenAddr, LogLevel, LogFormat, MemoryLimit,
 	Sink, SinkHTTPURL, SinkHTTPTimeout, SinkHTTPAuthorization, SinkSQLStatement,
 }
