@@ -61,12 +61,15 @@ type biller struct {
 //
 // An event whose ledger row exists is done: it is not charged again. So only
 // a crash between the charge and the ledger commit repeats the charge, and a
-// replay long after the provider has forgotten the key (Stripe keeps keys
-// for 24 hours) charges nothing twice.
+// replay long after the provider has forgotten the key (Stripe may prune a key
+// once it is 24 hours old) charges nothing twice.
 func (b *biller) handle(ctx context.Context, ev *consumer.Event) error {
 	var p payment
-	if err := json.Unmarshal(ev.Payload, &p); err != nil || p.Account == "" || p.AmountCents <= 0 {
-		return consumer.Permanent(fmt.Errorf("decoding the payment: %v", err))
+	if err := json.Unmarshal(ev.Payload, &p); err != nil {
+		return consumer.Permanent(fmt.Errorf("decoding the payment: %w", err))
+	}
+	if p.Account == "" || p.AmountCents <= 0 {
+		return consumer.Permanent(fmt.Errorf("payment needs an account and a positive amountCents, got %q and %d", p.Account, p.AmountCents))
 	}
 	var done bool
 	// Read without a transaction: a row that commits after this read (a
@@ -90,10 +93,9 @@ func (b *biller) handle(ctx context.Context, ev *consumer.Event) error {
 	// The charge is made: its ledger row must follow, so a failure here is
 	// Unavailable (retried until it succeeds, never dead-lettered with the
 	// charge made and no row). No transaction is open during the charge;
-	// this one lasts two
-	// statements. ON CONFLICT on the ledger's own key makes a concurrent
-	// call of the same id (a duplicate held by another process) a no-op,
-	// and the balance moves only when the row is new.
+	// this one lasts two statements. ON CONFLICT on the ledger's own key
+	// makes a concurrent call of the same id (a duplicate held by another
+	// process) a no-op, and the balance moves only when the row is new.
 	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO billing_ledger (event_id, account, amount_cents, charge_id)
 			VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING`, ev.ID, p.Account, p.AmountCents, chargeID)
@@ -101,7 +103,7 @@ func (b *biller) handle(ctx context.Context, ev *consumer.Event) error {
 			return fmt.Errorf("writing the ledger row: %w", err)
 		}
 		if tag.RowsAffected() == 0 {
-			return nil // written by an earlier call of this event
+			return nil // written by a concurrent call of this event
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO billing_balance (account, charged_cents) VALUES ($1, $2)
 			ON CONFLICT (account) DO UPDATE SET charged_cents = billing_balance.charged_cents + EXCLUDED.charged_cents`,
