@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idempotency-dev/operator/consumer"
@@ -84,7 +86,14 @@ func TestBenchSlowSink(t *testing.T) {
 	createTables(t, pool, table)
 
 	prov := newSlowProvider(slowLatency)
-	srv := httptest.NewServer(prov)
+	srv := httptest.NewUnstartedServer(prov)
+	var conns atomic.Int64
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
 	defer srv.Close()
 
 	// One shape for all three streams: which records are duplicates and
@@ -112,14 +121,16 @@ func TestBenchSlowSink(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		reg := prometheus.NewRegistry()
 		c, err := consumer.NewExternal(consumer.Config{
 			Brokers: k.Brokers(), Topic: topic, Group: topic, DatabaseURL: dsn,
-			Table: table, Logger: quiet, ClientID: app,
+			Table: table, Logger: quiet, ClientID: app, Registerer: reg,
 			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second,
 		}, h)
 		if err != nil {
 			t.Fatal(err)
 		}
+		conns0 := conns.Load()
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- c.Run(rctx) }()
@@ -131,6 +142,11 @@ func TestBenchSlowSink(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+		// Where the time went, for the report.
+		txs, txSum := histogram(t, reg, consumer.MetricsNamespace+"_transaction_duration_seconds")
+		first, last, peak := prov.span(topic)
+		t.Logf("%s: %.0f ms from the first request to the last answer, %.0f ms more until the offsets were committed; provider peak concurrency %d; %d new connections; %d recording transactions, %.1f ms each on average",
+			topic, last.Sub(first).Seconds()*1000, end.Sub(last).Seconds()*1000, peak, conns.Load()-conns0, txs, txSum/float64(max(txs, 1))*1000)
 		return float64(slowEvents) / end.Sub(prov.first(topic)).Seconds(), maxTxMs
 	}
 
@@ -163,10 +179,14 @@ type slowProvider struct {
 	mu      sync.Mutex
 	keys    map[string]map[string]int
 	start   map[string]time.Time
+	last    map[string]time.Time
+	cur     map[string]int
+	peak    map[string]int
 }
 
 func newSlowProvider(latency time.Duration) *slowProvider {
-	return &slowProvider{latency: latency, keys: map[string]map[string]int{}, start: map[string]time.Time{}}
+	return &slowProvider{latency: latency, keys: map[string]map[string]int{}, start: map[string]time.Time{},
+		last: map[string]time.Time{}, cur: map[string]int{}, peak: map[string]int{}}
 }
 
 func (p *slowProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -176,6 +196,8 @@ func (p *slowProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.start[run] = time.Now()
 		p.keys[run] = map[string]int{}
 	}
+	p.cur[run]++
+	p.peak[run] = max(p.peak[run], p.cur[run])
 	p.mu.Unlock()
 	_, _ = io.Copy(io.Discard, r.Body)
 	time.Sleep(p.latency)
@@ -186,6 +208,8 @@ func (p *slowProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Lock()
 	p.keys[run][key]++
+	p.cur[run]--
+	p.last[run] = time.Now()
 	p.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 }
@@ -195,6 +219,28 @@ func (p *slowProvider) first(run string) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.start[run]
+}
+
+// span returns the run's first request, last answer and peak concurrency.
+func (p *slowProvider) span(run string) (first, last time.Time, peak int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.start[run], p.last[run], p.peak[run]
+}
+
+// histogram returns the count and sum of a histogram in reg.
+func histogram(t *testing.T, reg *prometheus.Registry, name string) (uint64, float64) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	return 0, 0
 }
 
 // counts returns the run's requests, distinct keys and the most requests of
