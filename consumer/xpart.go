@@ -257,10 +257,10 @@ func (p *xpart) loop() error {
 		if p.stopErr != nil && p.running == 0 {
 			return p.stopErr
 		}
-		final := p.finals()
+		pending, prefix := p.flushable()
 		switch {
-		case final == 0:
-		case final >= p.lookAhead/2 || len(p.window) >= p.lookAhead:
+		case pending == 0 && prefix == 0:
+		case pending >= p.lookAhead/2 || prefix >= p.lookAhead/2 || (prefix > 0 && len(p.window) >= p.lookAhead):
 			if err := p.flush(); err != nil {
 				return err
 			}
@@ -271,16 +271,25 @@ func (p *xpart) loop() error {
 	}
 }
 
-// finals counts the records whose outcome is known and that a flush would
-// record or remove.
-func (p *xpart) finals() int {
-	n := 0
+// flushable counts what a flush would do: records to record or dead-letter
+// (pending), and the done records at the head of the window it would remove
+// (prefix). A full window whose head is unfinished is not flushed at once:
+// that frees no room, and flushing on each finished call behind it would
+// run one transaction per call.
+func (p *xpart) flushable() (pending, prefix int) {
+	head := true
 	for _, r := range p.window {
-		if r.status == xSucceeded || r.status == xFailed || r.status == xDone {
-			n++
+		final := r.status == xSucceeded || r.status == xFailed || r.status == xDone
+		if head && final {
+			prefix++
+		} else {
+			head = false
+		}
+		if r.status == xSucceeded || r.status == xFailed {
+			pending++
 		}
 	}
-	return n
+	return pending, prefix
 }
 
 func (p *xpart) gauges() {

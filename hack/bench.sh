@@ -4,11 +4,11 @@
 # prints one line "RESULT key=value ..." with the ratios; this script prints
 # those lines last, prefixed with the benchmark's name.
 #
-#   make bench                 # all four
-#   BENCH=dedup make bench     # one of: dedup consumer memory operator
+#   make bench                 # all five
+#   BENCH=dedup make bench     # one of: dedup consumer slow_sink memory operator
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-which="${BENCH:-dedup consumer memory operator}"
+which="${BENCH:-dedup consumer slow_sink memory operator}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
@@ -34,6 +34,9 @@ for b in $which; do
 	consumer)
 		# The runtime vs one transaction + one offset commit per message; vs no dedup; 50% duplicates; consumer RSS.
 		run consumer env CONSUMER_BENCH=1 go test ./consumer/ -run '^TestBench$' -count=1 -v -timeout 30m || status=1 ;;
+	slow_sink)
+		# The HTTP sink as an external handler against a 20 ms provider: same-key and re-keyed duplicates, vs the bound and the per-message pattern.
+		run slow_sink env CONSUMER_BENCH_SLOW_SINK=1 go test ./consumer/ -run '^TestBenchSlowSink$' -count=1 -v -timeout 10m || status=1 ;;
 	memory)
 		# cmd/consumer's peak RSS draining 8 partitions of 10 KB, 100 KB and 1 MB events, with and without a 256 MiB CONSUMER_MEMORY_LIMIT.
 		run memory env CONSUMER_BENCH_MEMORY=1 go test ./consumer/ -run '^TestBenchMemory$' -count=1 -v -timeout 30m || status=1 ;;
@@ -41,7 +44,7 @@ for b in $which; do
 		# 300 IdempotentConsumers against one PostgreSQL: time to Ready, reconciles afterwards, RSS.
 		assets="$(hack/envtest.sh)"
 		run operator env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1 ;;
-	*) echo "bench: unknown benchmark $b (dedup, consumer, memory, operator)" >&2; exit 2 ;;
+	*) echo "bench: unknown benchmark $b (dedup, consumer, slow_sink, memory, operator)" >&2; exit 2 ;;
 	esac
 done
 echo

@@ -30,8 +30,10 @@ type HTTPConfig struct {
 	Timeout time.Duration
 	// Authorization, when set, is sent as the Authorization header. Secret.
 	Authorization string
-	// Transport sends the requests; default http.DefaultTransport. It is
-	// wrapped in consumer.IdempotencyKeyTransport.
+	// Transport sends the requests; default http.DefaultTransport's
+	// settings with 100 idle connections per host (not 2), enough for the
+	// runtime's default MaxInFlight. It is wrapped in
+	// consumer.IdempotencyKeyTransport.
 	Transport http.RoundTripper
 }
 
@@ -166,7 +168,7 @@ func HTTPExternal(cfg HTTPConfig) (consumer.ExternalHandler, error) {
 	}
 	base := cfg.Transport
 	if base == nil {
-		base = http.DefaultTransport
+		base = defaultTransport()
 	}
 	client := &http.Client{
 		Transport: &consumer.IdempotencyKeyTransport{Base: base},
@@ -223,6 +225,20 @@ func HTTPExternal(cfg HTTPConfig) (consumer.ExternalHandler, error) {
 			return consumer.Permanent(herr)
 		}
 	}, nil
+}
+
+// defaultTransport is http.DefaultTransport keeping as many idle connections
+// per host as in all (100): the default keeps 2, so with the runtime's 64
+// calls in flight to one provider nearly every request would open a new
+// connection (and a TLS handshake).
+func defaultTransport() http.RoundTripper {
+	dt, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return http.DefaultTransport
+	}
+	t := dt.Clone()
+	t.MaxIdleConnsPerHost = max(t.MaxIdleConns, consumer.DefaultMaxInFlight)
+	return t
 }
 
 // notConnected reports a failure to establish the connection, when the

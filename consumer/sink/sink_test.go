@@ -161,9 +161,12 @@ func TestHTTPStatusClassification(t *testing.T) {
 			t.Errorf("status %d: err %v (permanent %v), want ok=%v permanent=%v", tt.status, err, consumer.IsPermanent(err), tt.ok, tt.perm)
 		}
 	}
-	// Nothing listening: Unavailable, not dead-lettered.
+	// Nothing listening: Unavailable, not dead-lettered. The context carries
+	// the event, as the runtime's does: its Idempotency-Key makes the POST
+	// replayable, so a pooled connection the server closed is retried on a
+	// new one (which is refused).
 	srv.Close()
-	if err := h(context.Background(), nil, ev); !consumer.IsUnavailable(err) {
+	if err := h(consumer.ContextWithEvent(context.Background(), ev), nil, ev); !consumer.IsUnavailable(err) {
 		t.Errorf("connection refused: %v, want Unavailable", err)
 	}
 	if _, err := sink.HTTP(sink.HTTPConfig{URL: "ftp://x"}); err == nil {

@@ -1,0 +1,489 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/idempotency-dev/operator/consumer"
+	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/consumer/dedup"
+	"github.com/idempotency-dev/operator/consumer/sink"
+)
+
+// Shape of the slow-sink benchmark (issue 13, acceptance 2).
+const (
+	slowParts     = 8
+	slowKeys      = 200
+	slowEvents    = 3000
+	slowDupShare  = 0.20
+	slowLatency   = 20 * time.Millisecond
+	slowPermsgPar = 3 // partitions in flight in the per-message pattern
+)
+
+// TestBenchSlowSink measures the HTTP sink (sink.HTTPExternal under
+// consumer.NewExternal, defaults: Key ordering, MaxInFlight 64) against a
+// provider that takes 20 ms per call: a real net/http server on loopback that
+// counts each Idempotency-Key. One broker (kfake), one PostgreSQL, 8
+// partitions, 200 keys, 3000 events of which 20% are duplicates, in three
+// topics with the same shape and their own ids:
+//
+//   - samekey: each duplicate carries its original's Kafka key, so it lands
+//     in the same partition (a producer retry, a re-publish);
+//   - rekeyed: each duplicate carries another key that hashes to another
+//     partition;
+//   - permsg: the same-key stream consumed by the per-message pattern of the
+//     source design: one reader per partition, three partitions at a time in
+//     flight, per message BEGIN, dedup insert, the HTTP call inside the
+//     transaction, COMMIT, then a synchronous offset commit.
+//
+// Reported: eps of each (records per second from the run's first provider
+// request, for permsg its first message, until the group's committed offsets
+// reach every partition's end),
+// bound_eps = MaxInFlight / latency, vs_bound, rekeyed_vs_samekey, vs_permsg,
+// max_tx_open_ms (the oldest transaction of the runtime's sessions seen by
+// sampling pg_stat_activity every 10 ms for its application_name, state
+// 'active' or 'idle in transaction'; permsg_max_tx_open_ms the same for the
+// per-message pattern), provider_calls, unique, provider_missing and
+// provider_calls_per_unique_max over both runtime runs. Targets: vs_bound >=
+// 0.8, rekeyed_vs_samekey >= 0.9, vs_permsg >= 20, max_tx_open_ms <= 1000.
+//
+// It runs only with CONSUMER_BENCH_SLOW_SINK=1 (BENCH=slow_sink make bench):
+//
+//	CONSUMER_BENCH_SLOW_SINK=1 go test ./consumer/ -run '^TestBenchSlowSink$' -count=1 -v -timeout 10m
+//
+// The last line is "RESULT key=value ..."; a missed target shows as
+// pass=false, not as a test failure, so that the figures are still printed.
+func TestBenchSlowSink(t *testing.T) {
+	if os.Getenv("CONSUMER_BENCH_SLOW_SINK") == "" {
+		t.Skip("set CONSUMER_BENCH_SLOW_SINK=1 to run the benchmark")
+	}
+	ctx := context.Background()
+	k := consumertest.NewKafka(t)
+	dsn := consumertest.DatabaseURL(t)
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	table := dedup.Table{Interval: dedup.Daily}
+	createTables(t, pool, table)
+
+	prov := newSlowProvider(slowLatency)
+	srv := httptest.NewUnstartedServer(prov)
+	var conns atomic.Int64
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+
+	// One shape for all three streams: which records are duplicates and
+	// where they sit; each stream gets its own ids.
+	shape := newSlowShape(rand.New(rand.NewPCG(13, 14)))
+	for _, topic := range []string{"samekey", "rekeyed", "permsg"} {
+		k.MustCreateTopic(t, topic, slowParts)
+		k.MustCreateTopic(t, topic+".dlq", 1)
+		msgs := shape.messages(topic == "rekeyed")
+		w := k.Writer(topic)
+		for i := 0; i < len(msgs); i += 1000 {
+			if err := w.WriteMessages(ctx, msgs[i:min(i+1000, len(msgs))]...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.Close()
+	}
+	t.Logf("streams: %d records each, %d unique ids, %d keys, %d partitions; provider latency %v",
+		slowEvents, shape.unique, slowKeys, slowParts, slowLatency)
+
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runtime := func(topic string) (eps, maxTxMs float64) {
+		app := "slowsink-" + topic
+		h, err := sink.HTTPExternal(sink.HTTPConfig{URL: srv.URL + "/" + topic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewRegistry()
+		c, err := consumer.NewExternal(consumer.Config{
+			Brokers: k.Brokers(), Topic: topic, Group: topic, DatabaseURL: dsn,
+			Table: table, Logger: quiet, ClientID: app, Registerer: reg,
+			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second,
+		}, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns0 := conns.Load()
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Run(rctx) }()
+		stopSampling := sampleTxOpen(t, pool, app)
+		waitGroupDone(t, k.Brokers(), topic, topic, slowParts, 3*time.Minute)
+		end := time.Now()
+		maxTxMs = stopSampling()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		// Where the time went, for the report.
+		txs, txSum := histogram(t, reg, consumer.MetricsNamespace+"_transaction_duration_seconds")
+		first, last, peak := prov.span(topic)
+		t.Logf("%s: %.0f ms from the first request to the last answer, %.0f ms more until the offsets were committed; provider peak concurrency %d; %d new connections; %d recording transactions, %.1f ms each on average",
+			topic, last.Sub(first).Seconds()*1000, end.Sub(last).Seconds()*1000, peak, conns.Load()-conns0, txs, txSum/float64(max(txs, 1))*1000)
+		return float64(slowEvents) / end.Sub(prov.first(topic)).Seconds(), maxTxMs
+	}
+
+	same, sameTx := runtime("samekey")
+	t.Logf("samekey: %.0f records/s, longest transaction %.0f ms", same, sameTx)
+	rekeyed, rekeyedTx := runtime("rekeyed")
+	t.Logf("rekeyed: %.0f records/s, longest transaction %.0f ms", rekeyed, rekeyedTx)
+	stopSampling := sampleTxOpen(t, pool, "slowsink-permsg")
+	permsg := slowPerMessage(t, k.Brokers(), dsn, srv.URL+"/permsg")
+	permsgTx := stopSampling()
+	t.Logf("per-message pattern: %.0f records/s, longest transaction %.0f ms", permsg, permsgTx)
+
+	calls, unique, perMax, missing := 0, 0, 0, 0
+	for _, topic := range []string{"samekey", "rekeyed"} {
+		c, u, m := prov.counts(topic)
+		calls, unique, perMax = calls+c, unique+u, max(perMax, m)
+		missing += shape.unique - u
+	}
+	bound := float64(consumer.DefaultMaxInFlight) / slowLatency.Seconds()
+	vsBound, rkVsSame, vsPermsg := same/bound, rekeyed/same, same/permsg
+	maxTx := max(sameTx, rekeyedTx)
+	pass := vsBound >= 0.8 && rkVsSame >= 0.9 && vsPermsg >= 20 && maxTx <= 1000 && missing == 0 && perMax == 1
+	fmt.Printf("RESULT events=%d partitions=%d keys=%d dup_share=%.2f latency_ms=%d in_flight=%d eps_samekey=%.0f eps_rekeyed=%.0f bound_eps=%.0f vs_bound=%.2f vs_bound_rekeyed=%.2f rekeyed_vs_samekey=%.2f permsg_eps=%.0f vs_permsg=%.1f max_tx_open_ms=%.0f permsg_max_tx_open_ms=%.0f provider_calls=%d unique=%d provider_missing=%d provider_calls_per_unique_max=%d pass=%v\n",
+		slowEvents, slowParts, slowKeys, slowDupShare, slowLatency.Milliseconds(), consumer.DefaultMaxInFlight,
+		same, rekeyed, bound, vsBound, rekeyed/bound, rkVsSame, permsg, vsPermsg, maxTx, permsgTx, calls, unique, missing, perMax, pass)
+}
+
+// slowProvider is the payment provider: each POST takes latency, and each
+// Idempotency-Key is counted per path (one path per run).
+type slowProvider struct {
+	latency time.Duration
+	mu      sync.Mutex
+	keys    map[string]map[string]int
+	start   map[string]time.Time
+	last    map[string]time.Time
+	cur     map[string]int
+	peak    map[string]int
+}
+
+func newSlowProvider(latency time.Duration) *slowProvider {
+	return &slowProvider{latency: latency, keys: map[string]map[string]int{}, start: map[string]time.Time{},
+		last: map[string]time.Time{}, cur: map[string]int{}, peak: map[string]int{}}
+}
+
+func (p *slowProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	run := strings.TrimPrefix(r.URL.Path, "/")
+	p.mu.Lock()
+	if _, ok := p.start[run]; !ok {
+		p.start[run] = time.Now()
+		p.keys[run] = map[string]int{}
+	}
+	p.cur[run]++
+	p.peak[run] = max(p.peak[run], p.cur[run])
+	p.mu.Unlock()
+	_, _ = io.Copy(io.Discard, r.Body)
+	time.Sleep(p.latency)
+	key := r.Header.Get("Idempotency-Key")
+	if key == "" {
+		http.Error(w, "no Idempotency-Key", http.StatusBadRequest)
+		return
+	}
+	p.mu.Lock()
+	p.keys[run][key]++
+	p.cur[run]--
+	p.last[run] = time.Now()
+	p.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+// first is when the run's first request arrived.
+func (p *slowProvider) first(run string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.start[run]
+}
+
+// span returns the run's first request, last answer and peak concurrency.
+func (p *slowProvider) span(run string) (first, last time.Time, peak int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.start[run], p.last[run], p.peak[run]
+}
+
+// histogram returns the count and sum of a histogram in reg.
+func histogram(t *testing.T, reg *prometheus.Registry, name string) (uint64, float64) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	return 0, 0
+}
+
+// counts returns the run's requests, distinct keys and the most requests of
+// one key.
+func (p *slowProvider) counts(run string) (calls, unique, perMax int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, n := range p.keys[run] {
+		calls += n
+		perMax = max(perMax, n)
+	}
+	return calls, len(p.keys[run]), perMax
+}
+
+// slowShape is the streams' common layout: slowEvents records, of which
+// slowDupShare are copies of an earlier record.
+type slowShape struct {
+	rng    *rand.Rand
+	unique int
+	key    []int // per unique event, its key number
+	order  []int // record i is unique event order[i]
+	isDup  []bool
+	alt    []int // per record, the key number a re-keyed copy gets
+}
+
+func newSlowShape(rng *rand.Rand) *slowShape {
+	dups := int(slowEvents * slowDupShare)
+	s := &slowShape{rng: rng, unique: slowEvents - dups}
+	for range s.unique {
+		s.key = append(s.key, rng.IntN(slowKeys))
+	}
+	for i := range s.unique {
+		s.order = append(s.order, i)
+		s.isDup = append(s.isDup, false)
+	}
+	// Each copy goes to a random position after its original; dups distinct
+	// originals get one copy each.
+	for _, u := range rng.Perm(s.unique)[:dups] {
+		at := slices.Index(s.order, u) + 1 + rng.IntN(len(s.order)-slices.Index(s.order, u))
+		s.order = slices.Insert(s.order, at, u)
+		s.isDup = slices.Insert(s.isDup, at, true)
+	}
+	parts := make([]int, slowParts)
+	for i := range parts {
+		parts[i] = i
+	}
+	for i := range s.order {
+		a := -1
+		if s.isDup[i] {
+			home := slowPartition(s.key[s.order[i]], parts)
+			for a < 0 || slowPartition(a, parts) == home {
+				a = rng.IntN(slowKeys)
+			}
+		}
+		s.alt = append(s.alt, a)
+	}
+	return s
+}
+
+func slowPartition(key int, parts []int) int {
+	return (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(slowKey(key))}, parts...)
+}
+
+func slowKey(n int) string { return "customer-" + strconv.Itoa(n) }
+
+// messages returns the stream with new ids; rekeyed gives each copy its
+// other key (another partition).
+func (s *slowShape) messages(rekeyed bool) []kafka.Message {
+	ids := make([]uuid.UUID, s.unique)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	out := make([]kafka.Message, 0, len(s.order))
+	for i, u := range s.order {
+		key := s.key[u]
+		if rekeyed && s.isDup[i] {
+			key = s.alt[i]
+		}
+		out = append(out, kafka.Message{
+			Key:   []byte(slowKey(key)),
+			Value: fmt.Appendf(nil, `{"eventId":%q,"type":"charge","amount":"%d.00"}`, ids[u], s.rng.IntN(1000)),
+		})
+	}
+	return out
+}
+
+// sampleTxOpen samples pg_stat_activity every 10 ms for the sessions named
+// app and returns a function that stops and returns the oldest transaction
+// seen (active or idle in transaction), in milliseconds.
+func sampleTxOpen(t *testing.T, pool *pgxpool.Pool, app string) func() float64 {
+	var maxMs atomic.Int64
+	var samples atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			var ms float64
+			err := pool.QueryRow(context.Background(), `SELECT coalesce(max(extract(epoch FROM clock_timestamp() - xact_start)) * 1000, 0)::float8
+				FROM pg_stat_activity
+				WHERE application_name = $1 AND state IN ('active', 'idle in transaction') AND xact_start IS NOT NULL`, app).Scan(&ms)
+			if err != nil {
+				t.Errorf("sampling pg_stat_activity: %v", err)
+				return
+			}
+			samples.Add(1)
+			if int64(ms) > maxMs.Load() {
+				maxMs.Store(int64(ms))
+			}
+		}
+	}()
+	return func() float64 {
+		close(stop)
+		<-done
+		t.Logf("%s: %d pg_stat_activity samples", app, samples.Load())
+		return float64(maxMs.Load())
+	}
+}
+
+// slowPerMessage is the source design's pattern over the "permsg" topic: a
+// reader per partition, at most three partitions handling a message at once;
+// per message BEGIN, the dedup insert of its id, the HTTP sink's call when
+// the id is new (inside the transaction), COMMIT, and a synchronous offset
+// commit. It returns records per second from the first message handled.
+func slowPerMessage(t *testing.T, brokers []string, dsn, url string) float64 {
+	ctx := context.Background()
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "slowsink-permsg"
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ins, err := dedup.NewInserter(dedup.Table{Interval: dedup.Daily}, "permsg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	post, err := sink.HTTPExternal(sink.HTTPConfig{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	sem := make(chan struct{}, slowPermsgPar)
+	var first atomic.Int64
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, slowParts)
+	for p := range slowParts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := kafka.NewReader(kafka.ReaderConfig{
+				Brokers: brokers, Topic: "permsg", Partition: p,
+				MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 100 * time.Millisecond,
+			})
+			defer r.Close()
+			for {
+				m, err := r.FetchMessage(wctx)
+				if err != nil {
+					if wctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				if err := permsgOne(wctx, pool, ins, post, client, sem, &first, m); err != nil {
+					if wctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() {
+		waitGroupDone(t, brokers, "permsg", "permsg", slowParts, 5*time.Minute)
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case err := <-errs:
+		t.Fatalf("per-message pattern: %v", err)
+	}
+	end := time.Now()
+	stop()
+	wg.Wait()
+	return float64(slowEvents) / end.Sub(time.Unix(0, first.Load())).Seconds()
+}
+
+// permsgOne handles one message of the per-message pattern.
+func permsgOne(ctx context.Context, pool *pgxpool.Pool, ins *dedup.Inserter, post consumer.ExternalHandler,
+	client *kafka.Client, sem chan struct{}, first *atomic.Int64, m kafka.Message) error {
+	sem <- struct{}{}
+	defer func() { <-sem }()
+	first.CompareAndSwap(0, time.Now().UnixNano())
+	id, err := uuid.Parse(strings.Split(string(m.Value), `"`)[3])
+	if err != nil {
+		return fmt.Errorf("parsing the event id: %w", err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("beginning: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	res, err := ins.Insert(ctx, tx, []uuid.UUID{id})
+	if err != nil {
+		return fmt.Errorf("inserting the id: %w", err)
+	}
+	if res.Fresh[0] {
+		ev := &consumer.Event{ID: id, Payload: m.Value, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
+		if err := post(consumer.ContextWithEvent(ctx, ev), ev); err != nil {
+			return fmt.Errorf("calling the provider: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing: %w", err)
+	}
+	resp, err := client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{
+		GroupID: "permsg", GenerationID: -1,
+		Topics: map[string][]kafka.OffsetCommit{"permsg": {{Partition: m.Partition, Offset: m.Offset + 1}}},
+	})
+	if err != nil {
+		return fmt.Errorf("committing the offset: %w", err)
+	}
+	for _, ps := range resp.Topics["permsg"] {
+		if ps.Error != nil {
+			return fmt.Errorf("committing the offset: %w", ps.Error)
+		}
+	}
+	return nil
+}
