@@ -136,17 +136,6 @@ func (w *worker) resolveStart() (start int64, commit bool, err error) {
 			return 0, false, err
 		}
 		w.dbPos = start
-	case commit && db <= end:
-		// Kafka has no offset for the group (it expired after
-		// offsets.retention.minutes of quiet, or the group was deleted) but
-		// the database knows where the group was: go on from there rather
-		// than from the StartOffset policy, which would replay the whole
-		// log (a flood of out-of-window events) or skip what arrived since.
-		// To replay on purpose, reset the group's offsets in Kafka: the
-		// smaller of the two positions wins.
-		w.dbPos = db
-		w.log.Info("no committed offset in Kafka: starting from the database's position", "databasePosition", db, "policyOffset", start)
-		start = w.clampToLog(db, first)
 	case db < start:
 		w.dbPos = db
 		if first < 0 {
