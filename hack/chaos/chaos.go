@@ -269,14 +269,21 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	})
 	var txmon txMonitor
 	wg.Go(func() { txmon.run(runCtx, dbURL, []string{sqlApp, httpApp}, 20*time.Millisecond) })
-	var snapshots []offsetSnapshot
+	var snapshots, httpSnapshots []offsetSnapshot
 	var snapMu sync.Mutex
-	wg.Go(func() { // committed-offset snapshots, checked against the ledger at the end
+	wg.Go(func() { // committed-offset snapshots, checked against the ledger (and the HTTP group's dedup rows) at the end
 		for runCtx.Err() == nil {
-			if s, err := snapshotOffsets(runCtx, brokers, o.Partitions); err == nil {
+			if s, err := snapshotOffsets(runCtx, brokers, group, o.Partitions); err == nil {
 				snapMu.Lock()
 				snapshots = append(snapshots, s)
 				snapMu.Unlock()
+			}
+			if httpConsumers != nil {
+				if s, err := snapshotOffsets(runCtx, brokers, httpGroup, o.Partitions); err == nil {
+					snapMu.Lock()
+					httpSnapshots = append(httpSnapshots, s)
+					snapMu.Unlock()
+				}
 			}
 			sleepCtx(runCtx, 500*time.Millisecond)
 		}
@@ -451,7 +458,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 		return res, err
 	}
 	if provider != nil {
-		if err := res.verifyHTTP(ctx, brokers, dbURL, provider, txns); err != nil {
+		if err := res.verifyHTTP(ctx, brokers, dbURL, provider, httpSnapshots, txns); err != nil {
 			return res, err
 		}
 	}

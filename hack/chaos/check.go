@@ -88,6 +88,9 @@ type Result struct {
 	HTTPDedupRowsPerIDMax    int
 	HTTPRecordedNotCalled    int // dedup rows for ids the provider never saw
 	HTTPUnrecorded           int // valid ids neither recorded nor dead-lettered by the HTTP group
+	HTTPMalformedMissing     int // malformed messages absent from the HTTP group's dead-letter topic
+	HTTPSnapshots            int
+	HTTPOffsetViolations     []string // the HTTP group's offsets committed ahead of its dedup rows or dead letters
 
 	// The longest transaction a consumer held open, from pg_stat_activity
 	// samples every 20 ms: overall, of the SQL and of the HTTP fleet.
@@ -97,6 +100,7 @@ type Result struct {
 	// Kept from verify for verifyHTTP.
 	validIDs, abortedIDs map[uuid.UUID]bool
 	positions            map[[2]int64]message
+	byPartition          [][]message
 }
 
 // Violations lists every broken invariant.
@@ -184,8 +188,10 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintf(w, "chaos: HTTP group: %d kill -9s; provider got %d requests (%d applied then dropped, %d without a key) for %d ids, %d of them more than once; %d ids recorded; dead-lettered %d (%s); %d recorded but never called, %d neither recorded nor dead-lettered, %d aborted, %d unknown\n",
 			r.HTTPKills, r.ProviderRequests, r.ProviderDrops, r.ProviderNoKey, r.ProviderIDs, r.ProviderRepeated, r.HTTPRecorded,
 			r.HTTPDLQ, strings.Join(reasons, " "), r.HTTPRecordedNotCalled, r.HTTPUnrecorded, r.ProviderAborted, r.ProviderUnknown)
-		httpPart = fmt.Sprintf(" http_kills=%d provider_missing=%d provider_requests_per_id_max=%d http_dedup_rows_per_id_max=%d",
-			r.HTTPKills, r.ProviderMissing, r.ProviderRequestsPerIDMax, r.HTTPDedupRowsPerIDMax)
+		fmt.Fprintf(w, "chaos: HTTP group: %d committed-offset snapshots checked against its dedup rows and dead letters; %d malformed messages missing from its dead-letter topic\n",
+			r.HTTPSnapshots, r.HTTPMalformedMissing)
+		httpPart = fmt.Sprintf(" http_kills=%d provider_missing=%d provider_requests_per_id_max=%d http_dedup_rows_per_id_max=%d http_offset_violations=%d",
+			r.HTTPKills, r.ProviderMissing, r.ProviderRequestsPerIDMax, r.HTTPDedupRowsPerIDMax, len(r.HTTPOffsetViolations))
 	}
 	fmt.Fprintf(w, "RESULT events=%d unique=%d applied=%d duplicates_applied=%d lost=%d aborted=%d aborted_applied=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d%s max_tx_open_ms=%d seed=%d\n",
 		r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.AbortedMessages, r.AbortedApplied, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations),
@@ -384,7 +390,7 @@ func (r *Result) verify(ctx context.Context, brokers []string, dbURL string, par
 			at[[2]int64{int64(m.partition), m.offset}] = m
 		}
 	}
-	r.positions = at
+	r.positions, r.byPartition = at, byPartition
 	for pos := range dlq {
 		switch m, ok := at[pos]; {
 		case !ok:

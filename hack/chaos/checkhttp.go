@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -42,13 +43,22 @@ func (r *Result) httpViolations() []string {
 	if r.HTTPUnrecorded != 0 {
 		v = append(v, fmt.Sprintf("HTTP group: %d valid ids neither recorded nor dead-lettered at lag zero", r.HTTPUnrecorded))
 	}
+	if r.HTTPMalformedMissing != 0 {
+		v = append(v, fmt.Sprintf("HTTP group: %d malformed messages missing from its dead-letter topic", r.HTTPMalformedMissing))
+	}
+	if r.HTTPSnapshots == 0 {
+		v = append(v, "HTTP group: no committed-offset snapshot was taken")
+	}
+	for _, s := range r.HTTPOffsetViolations {
+		v = append(v, "HTTP group: "+s)
+	}
 	return v
 }
 
 // verifyHTTP checks the HTTP group against the provider's record, its
 // dead-letter topic and its dedup rows. It runs after verify, whose view of
 // the topic it reuses.
-func (r *Result) verifyHTTP(ctx context.Context, brokers []string, dbURL string, p *provider, txns *txnLog) error {
+func (r *Result) verifyHTTP(ctx context.Context, brokers []string, dbURL string, p *provider, snapshots []offsetSnapshot, txns *txnLog) error {
 	counts, requests, drops, noKey := p.snapshot()
 	r.ProviderRequests, r.ProviderDrops, r.ProviderNoKey = requests, drops, noKey
 
@@ -56,6 +66,7 @@ func (r *Result) verifyHTTP(ctx context.Context, brokers []string, dbURL string,
 	// a message whose id header is absent, by its original position.
 	r.HTTPDLQByReason = map[string]int{}
 	deadLettered := map[uuid.UUID]bool{}
+	dlqAt := map[[2]int64]time.Time{} // the earliest dead letter of each original position
 	err := readAll(ctx, brokers, httpDLQTopic, 0, func(m kafka.Message) {
 		h := map[string]string{}
 		for _, x := range m.Headers {
@@ -63,13 +74,19 @@ func (r *Result) verifyHTTP(ctx context.Context, brokers []string, dbURL string,
 		}
 		r.HTTPDLQ++
 		r.HTTPDLQByReason[h[consumer.HeaderDLQReason]]++
-		if id, err := uuid.Parse(h[consumer.HeaderDLQEventID]); err == nil {
-			deadLettered[id] = true
-			return
-		}
 		part, _ := strconv.ParseInt(h[consumer.HeaderDLQOriginalPartition], 10, 64)
 		off, _ := strconv.ParseInt(h[consumer.HeaderDLQOriginalOffset], 10, 64)
-		if msg, ok := r.positions[[2]int64{part, off}]; ok && msg.valid {
+		pos := [2]int64{part, off}
+		at := m.Time
+		if t, err := time.Parse(time.RFC3339Nano, h[consumer.HeaderDLQTime]); err == nil {
+			at = t
+		}
+		if prev, ok := dlqAt[pos]; !ok || at.Before(prev) {
+			dlqAt[pos] = at
+		}
+		if id, err := uuid.Parse(h[consumer.HeaderDLQEventID]); err == nil {
+			deadLettered[id] = true
+		} else if msg, ok := r.positions[pos]; ok && msg.valid {
 			deadLettered[msg.id] = true
 		}
 	})
@@ -103,19 +120,25 @@ func (r *Result) verifyHTTP(ctx context.Context, brokers []string, dbURL string,
 	}
 	defer conn.Close(context.Background())
 	table := pgx.Identifier{"public", dedupTableName}.Sanitize()
-	rows, err := conn.Query(ctx, `SELECT event_id, count(*) FROM `+table+` WHERE consumer_group = $1 GROUP BY event_id`, httpGroup)
+	rows, err := conn.Query(ctx, `SELECT event_id, count(*), min(pg_xact_commit_timestamp(xmin))
+		FROM `+table+` WHERE consumer_group = $1 GROUP BY event_id`, httpGroup)
 	if err != nil {
 		return fmt.Errorf("reading the HTTP group's dedup rows: %w", err)
 	}
 	recorded := map[uuid.UUID]bool{}
+	recordedAt := map[uuid.UUID]time.Time{}
 	for rows.Next() {
 		var id uuid.UUID
 		var n int
-		if err := rows.Scan(&id, &n); err != nil {
+		var at *time.Time
+		if err := rows.Scan(&id, &n, &at); err != nil {
 			return fmt.Errorf("reading the HTTP group's dedup rows: %w", err)
 		}
 		r.HTTPDedupRowsPerIDMax = max(r.HTTPDedupRowsPerIDMax, n)
 		recorded[id] = true
+		if at != nil {
+			recordedAt[id] = *at
+		}
 		switch {
 		case r.abortedIDs[id]:
 			r.ProviderAborted++
@@ -141,6 +164,33 @@ func (r *Result) verifyHTTP(ctx context.Context, brokers []string, dbURL string,
 			r.HTTPUnrecorded++
 		}
 	}
+
+	// Malformed messages dead-lettered; no offset committed ahead of the
+	// dedup row (or dead letter) of a message below it.
+	for _, msgs := range r.byPartition {
+		for _, m := range msgs {
+			if !m.valid && !m.aborted {
+				if _, ok := dlqAt[[2]int64{int64(m.partition), m.offset}]; !ok {
+					r.HTTPMalformedMissing++
+				}
+			}
+		}
+	}
+	r.HTTPSnapshots = len(snapshots)
+	r.HTTPOffsetViolations = checkOffsets(r.byPartition, func(m message) (time.Time, bool) {
+		if m.aborted {
+			return time.Time{}, true
+		}
+		if m.valid {
+			if at, ok := recordedAt[m.id]; ok {
+				return at, true
+			}
+		}
+		if at, ok := dlqAt[[2]int64{int64(m.partition), m.offset}]; ok {
+			return at, true
+		}
+		return time.Time{}, m.valid && txns.unknown[m.id]
+	}, snapshots)
 	return nil
 }
 

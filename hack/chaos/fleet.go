@@ -116,7 +116,7 @@ type offsetSnapshot struct {
 	offsets map[int]int64
 }
 
-func snapshotOffsets(ctx context.Context, brokers []string, partitions int) (offsetSnapshot, error) {
+func snapshotOffsets(ctx context.Context, brokers []string, group string, partitions int) (offsetSnapshot, error) {
 	// The instant is taken when the answer is in: the broker recorded these
 	// offsets before it answered, and each was committed only after its
 	// events were in the database, so they were durable by then. (The
