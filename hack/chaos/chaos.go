@@ -57,7 +57,10 @@ type Options struct {
 	Retention  time.Duration // in simulated time
 	Seed       uint64
 	Verbose    bool
-	Root       string
+	// Keep leaves the work directory (the processes' logs, the broker's
+	// data) in place for a diagnosis.
+	Keep bool
+	Root string
 }
 
 // DefaultOptions is the `make chaos` run.
@@ -149,7 +152,11 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl.Add(func() { _ = os.RemoveAll(work) })
+	if o.Keep {
+		fmt.Fprintf(progress, "chaos: keeping the work directory %s\n", work)
+	} else {
+		cl.Add(func() { _ = os.RemoveAll(work) })
+	}
 	var stream io.Writer
 	if o.Verbose {
 		stream = progress

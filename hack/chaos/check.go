@@ -469,8 +469,16 @@ func checkOffsets(byPartition [][]message, doneAt func(message) (time.Time, bool
 			idx := sort.Search(len(msgs), func(i int) bool { return msgs[i].offset >= c }) - 1
 			// 50ms of slack for the clocks of two processes reading one system clock.
 			if idx >= 0 && doneBy[idx].After(s.at.Add(50*time.Millisecond)) {
-				out = append(out, fmt.Sprintf("partition %d: offset %d committed by %s (asked at %s) before the events below it were durable (at %s)",
-					p, c, s.at.Format(time.RFC3339Nano), s.asked.Format(time.RFC3339Nano), doneBy[idx].Format(time.RFC3339Nano)))
+				// Name the first late message, for the diagnosis.
+				late := msgs[0]
+				for _, m := range msgs[:idx+1] {
+					if at, _ := doneAt(m); at.After(s.at.Add(50 * time.Millisecond)) {
+						late = m
+						break
+					}
+				}
+				out = append(out, fmt.Sprintf("partition %d: offset %d committed by %s (asked at %s) before the events below it were durable (at %s; first late: offset %d, id %s)",
+					p, c, s.at.Format(time.RFC3339Nano), s.asked.Format(time.RFC3339Nano), doneBy[idx].Format(time.RFC3339Nano), late.offset, late.id))
 				break
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -191,6 +192,29 @@ func (r *Result) verifyHTTP(ctx context.Context, brokers []string, dbURL string,
 		}
 		return time.Time{}, m.valid && txns.unknown[m.id]
 	}, snapshots)
+	// Say where each late id occurs in the topic: a duplicate whose first
+	// occurrence is on another partition was skipped as a duplicate there.
+	for i, v := range r.HTTPOffsetViolations {
+		_, idText, ok := strings.Cut(v, "first late: offset ")
+		if !ok {
+			continue
+		}
+		_, idText, _ = strings.Cut(idText, "id ")
+		id, err := uuid.Parse(strings.TrimSuffix(idText, ")"))
+		if err != nil {
+			continue
+		}
+		var where []string
+		for _, msgs := range r.byPartition {
+			for _, m := range msgs {
+				if m.id == id {
+					where = append(where, fmt.Sprintf("%d/%d", m.partition, m.offset))
+				}
+			}
+		}
+		r.HTTPOffsetViolations[i] = fmt.Sprintf("%s; the id is at partition/offset %s, recorded at %s",
+			v, strings.Join(where, " "), recordedAt[id].Format(time.RFC3339Nano))
+	}
 	return nil
 }
 

@@ -50,6 +50,7 @@ func main() {
 	flag.DurationVar(&o.ProduceFor, "produce-for", o.ProduceFor, "spread production (and the chaos) over this long")
 	flag.Uint64Var(&o.Seed, "seed", 0, "random seed (0 = from the clock); printed for replays")
 	flag.BoolVar(&o.Verbose, "v", false, "stream the consumers' and broker's logs")
+	flag.BoolVar(&o.Keep, "keep", false, "keep the work directory (logs, broker data) after the run")
 	flag.Parse()
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
