@@ -91,6 +91,10 @@ type Result struct {
 	HTTPMalformedMissing     int // malformed messages absent from the HTTP group's dead-letter topic
 	HTTPSnapshots            int
 	HTTPOffsetViolations     []string // the HTTP group's offsets committed ahead of its dedup rows or dead letters
+	// HTTPOffsetAheadOfOwner is the strict check: it also counts offsets
+	// committed past a cross-partition duplicate before the dedup row of its
+	// id committed (reported, not failed: see verifyHTTP).
+	HTTPOffsetAheadOfOwner []string
 
 	// The longest transaction a consumer held open, from pg_stat_activity
 	// samples every 20 ms: overall, of the SQL and of the HTTP fleet.
@@ -190,8 +194,11 @@ func (r *Result) Print(w io.Writer) {
 			r.HTTPDLQ, strings.Join(reasons, " "), r.HTTPRecordedNotCalled, r.HTTPUnrecorded, r.ProviderAborted, r.ProviderUnknown)
 		fmt.Fprintf(w, "chaos: HTTP group: %d committed-offset snapshots checked against its dedup rows and dead letters; %d malformed messages missing from its dead-letter topic\n",
 			r.HTTPSnapshots, r.HTTPMalformedMissing)
-		httpPart = fmt.Sprintf(" http_kills=%d provider_missing=%d provider_requests_per_id_max=%d http_dedup_rows_per_id_max=%d http_offset_violations=%d",
-			r.HTTPKills, r.ProviderMissing, r.ProviderRequestsPerIDMax, r.HTTPDedupRowsPerIDMax, len(r.HTTPOffsetViolations))
+		for _, s := range r.HTTPOffsetAheadOfOwner {
+			fmt.Fprintf(w, "chaos: HTTP group (strict, reported): %s\n", s)
+		}
+		httpPart = fmt.Sprintf(" http_kills=%d provider_missing=%d provider_requests_per_id_max=%d http_dedup_rows_per_id_max=%d http_offset_violations=%d http_offset_ahead_of_owner_record=%d",
+			r.HTTPKills, r.ProviderMissing, r.ProviderRequestsPerIDMax, r.HTTPDedupRowsPerIDMax, len(r.HTTPOffsetViolations), len(r.HTTPOffsetAheadOfOwner))
 	}
 	fmt.Fprintf(w, "RESULT events=%d unique=%d applied=%d duplicates_applied=%d lost=%d aborted=%d aborted_applied=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d%s max_tx_open_ms=%d seed=%d\n",
 		r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.AbortedMessages, r.AbortedApplied, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations),
