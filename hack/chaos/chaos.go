@@ -38,6 +38,14 @@ type Options struct {
 	// transactions of which AbortShare are aborted.
 	TxnShare   float64
 	AbortShare float64
+	// HTTPConsumers run in a second group with the http sink (an external
+	// handler) against a provider inside the harness; HTTPKills of them are
+	// kill -9ed. The provider takes HTTPDelay per call and drops the
+	// connection after applying HTTPDropShare of the requests.
+	HTTPConsumers int
+	HTTPKills     int
+	HTTPDelay     time.Duration
+	HTTPDropShare float64
 	// Isolation, when set, is the consumers' CONSUMER_ISOLATION.
 	Isolation  string
 	ProduceFor time.Duration
@@ -49,7 +57,10 @@ type Options struct {
 	Retention  time.Duration // in simulated time
 	Seed       uint64
 	Verbose    bool
-	Root       string
+	// Keep leaves the work directory (the processes' logs, the broker's
+	// data) in place for a diagnosis.
+	Keep bool
+	Root string
 }
 
 // DefaultOptions is the `make chaos` run.
@@ -65,6 +76,10 @@ func DefaultOptions() Options {
 		Partitions:       6,
 		TxnShare:         0.1,
 		AbortShare:       1.0 / 3,
+		HTTPConsumers:    2,
+		HTTPKills:        12,
+		HTTPDelay:        3 * time.Millisecond,
+		HTTPDropShare:    0.02,
 		ProduceFor:       90 * time.Second,
 		ClockSpeed:       600,
 		Premake:          24,
@@ -79,6 +94,7 @@ func ShortOptions() Options {
 	o.Events = 12_000
 	o.Kills = 5
 	o.Consumers = 2
+	o.HTTPKills = 3
 	o.Partitions = 4
 	o.ProduceFor = 25 * time.Second
 	return o
@@ -88,6 +104,13 @@ const (
 	topic    = "chaos.events"
 	dlqTopic = "chaos.events.dlq"
 	group    = "chaos"
+	// The HTTP consumers' group, with a dead-letter topic of its own. The
+	// dedup table is scoped by consumer group, so both groups share it.
+	httpGroup    = "chaos-http"
+	httpDLQTopic = "chaos.events.http.dlq"
+	// application_names of the two fleets' sessions (CONSUMER_CLIENT_ID).
+	sqlApp  = "chaos-sql"
+	httpApp = "chaos-http"
 	// The ledger has no unique constraint: a double application shows up as
 	// two rows rather than being hidden by an error.
 	ledgerDDL = `CREATE TABLE ledger (
@@ -129,7 +152,11 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl.Add(func() { _ = os.RemoveAll(work) })
+	if o.Keep {
+		fmt.Fprintf(progress, "chaos: keeping the work directory %s\n", work)
+	} else {
+		cl.Add(func() { _ = os.RemoveAll(work) })
+	}
 	var stream io.Writer
 	if o.Verbose {
 		stream = progress
@@ -162,7 +189,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 		return nil, err
 	}
 	cl.Add(pool.Close)
-	table := dedup.Table{Schema: "public", Name: "processed_event", Scope: dedup.ScopeConsumerGroup, Interval: dedup.Hourly}
+	table := dedup.Table{Schema: "public", Name: dedupTableName, Scope: dedup.ScopeConsumerGroup, Interval: dedup.Hourly}
 	engine, err := dedup.NewEngine(pool, table)
 	if err != nil {
 		return nil, err
@@ -180,7 +207,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 		return nil, err
 	}
 	brokerArgs := []string{"-ports", strconv.Itoa(port), "-data-dir", filepath.Join(work, "broker"),
-		"-topics", fmt.Sprintf("%s:%d,%s:1", topic, o.Partitions, dlqTopic)}
+		"-topics", fmt.Sprintf("%s:%d,%s:1,%s:1", topic, o.Partitions, dlqTopic, httpDLQTopic)}
 	var brokerMu sync.Mutex
 	broker, err := proc.Start("broker", proc.Options{LogDir: work, Stream: stream}, filepath.Join(bin, "devbroker"), brokerArgs...)
 	if err != nil {
@@ -193,17 +220,38 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	}
 	brokers := strings.Split(addr, ",")
 
-	res := &Result{Seed: o.Seed}
+	res := &Result{Seed: o.Seed, HTTPConsumers: o.HTTPConsumers}
 	env := consumerEnv(brokers, dbURL)
 	if o.Isolation != "" {
 		env = append(env, envvars.Isolation+"="+o.Isolation)
 	}
-	consumers := newFleet(filepath.Join(bin, "consumer"), work, stream, env)
+	consumers := newFleet("consumer", group, filepath.Join(bin, "consumer"), work, stream, env)
 	cl.Add(consumers.stopAll)
 	for range o.Consumers {
 		if err := consumers.start(); err != nil {
 			return nil, err
 		}
+	}
+	var provider *provider
+	var httpConsumers *fleet
+	if o.HTTPConsumers > 0 {
+		if provider, err = startProvider(o.Seed, o.HTTPDelay, o.HTTPDropShare); err != nil {
+			return nil, err
+		}
+		cl.Add(provider.stop)
+		henv := httpConsumerEnv(brokers, dbURL, provider.url())
+		if o.Isolation != "" {
+			henv = append(henv, envvars.Isolation+"="+o.Isolation)
+		}
+		httpConsumers = newFleet("http-consumer", httpGroup, filepath.Join(bin, "consumer"), work, stream, henv)
+		cl.Add(httpConsumers.stopAll)
+		for range o.HTTPConsumers {
+			if err := httpConsumers.start(); err != nil {
+				return nil, err
+			}
+		}
+		step("%d HTTP consumers started (group %s, provider %s: %s per call, %.0f%% of requests applied and then dropped)",
+			o.HTTPConsumers, httpGroup, provider.url(), o.HTTPDelay, 100*o.HTTPDropShare)
 	}
 	step("%d consumers started; producing %d messages over %s with %d kills, %d PostgreSQL and %d broker restarts",
 		o.Consumers, o.Events, o.ProduceFor, o.Kills, o.PostgresRestarts, o.BrokerRestarts)
@@ -226,14 +274,23 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 			sleepCtx(runCtx, 250*time.Millisecond)
 		}
 	})
-	var snapshots []offsetSnapshot
+	var txmon txMonitor
+	wg.Go(func() { txmon.run(runCtx, dbURL, []string{sqlApp, httpApp}, 20*time.Millisecond) })
+	var snapshots, httpSnapshots []offsetSnapshot
 	var snapMu sync.Mutex
-	wg.Go(func() { // committed-offset snapshots, checked against the ledger at the end
+	wg.Go(func() { // committed-offset snapshots, checked against the ledger (and the HTTP group's dedup rows) at the end
 		for runCtx.Err() == nil {
-			if s, err := snapshotOffsets(runCtx, brokers, o.Partitions); err == nil {
+			if s, err := snapshotOffsets(runCtx, brokers, group, o.Partitions); err == nil {
 				snapMu.Lock()
 				snapshots = append(snapshots, s)
 				snapMu.Unlock()
+			}
+			if httpConsumers != nil {
+				if s, err := snapshotOffsets(runCtx, brokers, httpGroup, o.Partitions); err == nil {
+					snapMu.Lock()
+					httpSnapshots = append(httpSnapshots, s)
+					snapMu.Unlock()
+				}
 			}
 			sleepCtx(runCtx, 500*time.Millisecond)
 		}
@@ -247,6 +304,11 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	var plan []action
 	for i := range o.Kills {
 		plan = append(plan, action{time.Duration(float64(o.ProduceFor) * (float64(i) + rng.Float64()) / float64(o.Kills)), "kill"})
+	}
+	if httpConsumers != nil {
+		for i := range o.HTTPKills {
+			plan = append(plan, action{time.Duration(float64(o.ProduceFor) * (float64(i) + rng.Float64()) / float64(o.HTTPKills)), "kill-http"})
+		}
 	}
 	for i := range o.PostgresRestarts {
 		plan = append(plan, action{time.Duration(float64(o.ProduceFor) * (0.3 + 0.4*float64(i)/float64(max(1, o.PostgresRestarts)))), "pg"})
@@ -273,27 +335,21 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 					when = "right after a database commit"
 					res.KillsAfterCommit++
 				}
-				victim := consumers.killRandom(rng)
+				victim, err := killAndReplace(consumers, o.Consumers, rng)
+				if err != nil {
+					chaosErr = err
+					return
+				}
 				res.Kills++
-				// Replace it, and now and then run one more or one fewer
-				// than usual: every change is a rebalance.
-				n := 1
-				switch {
-				case consumers.alive() < o.Consumers:
-					n = o.Consumers - consumers.alive()
-				case rng.IntN(4) == 0:
-					n = 0
-				}
-				if consumers.alive()+n == 0 {
-					n = 1
-				}
-				for range n {
-					if err := consumers.start(); err != nil {
-						chaosErr = err
-						return
-					}
-				}
 				step("kill -9 %s %s; %d consumers running", victim, when, consumers.alive())
+			case "kill-http":
+				victim, err := killAndReplace(httpConsumers, o.HTTPConsumers, rng)
+				if err != nil {
+					chaosErr = err
+					return
+				}
+				res.HTTPKills++
+				step("kill -9 %s; %d HTTP consumers running", victim, httpConsumers.alive())
 			case "pg":
 				step("PostgreSQL: crash (SIGKILL) and restart")
 				_ = pg.Kill()
@@ -359,12 +415,24 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 			return res, err
 		}
 	}
+	for httpConsumers != nil && httpConsumers.alive() < o.HTTPConsumers {
+		if err := httpConsumers.start(); err != nil {
+			return res, err
+		}
+	}
 
 	step("waiting for consumer lag to reach zero")
 	lagErr := waitForLagZero(runCtx, brokers, o.Partitions, 5*time.Minute, consumers)
+	if lagErr == nil && httpConsumers != nil {
+		step("waiting for the HTTP group's lag to reach zero")
+		lagErr = waitForLagZero(runCtx, brokers, o.Partitions, 5*time.Minute, httpConsumers)
+	}
 	stopBackground()
 	wg.Wait()
 	res.MaintenanceRuns, res.MaintenanceErrors = maintRuns.Load(), maintErrs.Load()
+	if byApp, top, err := txmon.result(); err == nil {
+		res.TxSampled, res.MaxTxOpen, res.MaxTxOpenSQL, res.MaxTxOpenHTTP = true, top, byApp[sqlApp], byApp[httpApp]
+	}
 	if lagErr != nil {
 		return res, lagErr
 	}
@@ -383,6 +451,9 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 
 	step("stopping consumers and checking invariants")
 	consumers.stopAll()
+	if httpConsumers != nil {
+		httpConsumers.stopAll()
+	}
 	// Log hygiene: the consumers ran through database and broker failures
 	// with a password in their database URL; it must appear in no log.
 	if leaks, err := secretInLogs(work, pg.Password()); err != nil {
@@ -392,6 +463,11 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	}
 	if err := res.verify(ctx, brokers, dbURL, o.Partitions, snapshots, txns); err != nil {
 		return res, err
+	}
+	if provider != nil {
+		if err := res.verifyHTTP(ctx, brokers, dbURL, provider, httpSnapshots, txns); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }
@@ -444,12 +520,55 @@ func waitForLedgerCommit(ctx context.Context, pool *pgxpool.Pool, timeout time.D
 	return false
 }
 
+// killAndReplace kill -9s one of f's consumers and replaces it, now and then
+// with one more or one fewer than usual: every change is a rebalance.
+func killAndReplace(f *fleet, usual int, rng *mrand.Rand) (string, error) {
+	victim := f.killRandom(rng)
+	n := 1
+	switch {
+	case f.alive() < usual:
+		n = usual - f.alive()
+	case rng.IntN(4) == 0:
+		n = 0
+	}
+	if f.alive()+n == 0 {
+		n = 1
+	}
+	for range n {
+		if err := f.start(); err != nil {
+			return victim, err
+		}
+	}
+	return victim, nil
+}
+
+// httpConsumerEnv is the HTTP group's environment: the http sink (an external
+// handler, Key ordering and 64 in flight by default) posting to the provider.
+func httpConsumerEnv(brokers []string, dbURL, providerURL string) []string {
+	var env []string
+	for _, kv := range consumerEnv(brokers, dbURL) {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case envvars.Group, envvars.DeadLetterTopic, envvars.Sink, envvars.SinkSQLStatement, envvars.ClientID:
+		default:
+			env = append(env, kv)
+		}
+	}
+	return append(env,
+		envvars.Group+"="+httpGroup,
+		envvars.DeadLetterTopic+"="+httpDLQTopic,
+		envvars.ClientID+"="+httpApp,
+		envvars.Sink+"=http",
+		envvars.SinkHTTPURL+"="+providerURL,
+	)
+}
+
 func consumerEnv(brokers []string, dbURL string) []string {
 	return []string{
 		"PATH=" + os.Getenv("PATH"),
 		envvars.Brokers + "=" + strings.Join(brokers, ","),
 		envvars.Topic + "=" + topic,
 		envvars.Group + "=" + group,
+		envvars.ClientID + "=" + sqlApp,
 		envvars.DeadLetterTopic + "=" + dlqTopic,
 		envvars.DatabaseURL + "=" + dbURL,
 		envvars.Sink + "=sql",

@@ -9,14 +9,16 @@ import (
 
 // TestChaosShort is the short chaos variant in `make test`: separate consumer
 // processes killed with SIGKILL, rebalances, a PostgreSQL crash-restart and a
-// broker restart while events stream in; then every invariant is checked.
+// broker restart while events stream in; then every invariant is checked. A
+// second group of consumer processes runs the http sink (an external handler)
+// against a provider that drops some connections after applying the request.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: skipped in -short mode")
 	}
 	o := ShortOptions()
 	o.Seed = uint64(time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute+30*time.Second)
 	defer cancel()
 	var log strings.Builder
 	res, err := Run(ctx, o, &log)
@@ -32,6 +34,9 @@ func TestChaosShort(t *testing.T) {
 	}
 	if res.Kills < o.Kills || res.PostgresRestarts < 1 || res.BrokerRestarts < 1 {
 		t.Fatalf("the chaos did not happen: kills=%d pg=%d broker=%d", res.Kills, res.PostgresRestarts, res.BrokerRestarts)
+	}
+	if res.HTTPKills < o.HTTPKills || res.ProviderDrops == 0 {
+		t.Fatalf("the HTTP group's chaos did not happen: kills=%d, connections dropped after applying=%d", res.HTTPKills, res.ProviderDrops)
 	}
 	if res.TxnCommitted == 0 || res.TxnAborted == 0 || res.AbortedMessages == 0 {
 		t.Fatalf("the transactional producer committed %d and aborted %d transactions, %d aborted records in the topic: nothing to check",

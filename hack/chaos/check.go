@@ -66,6 +66,45 @@ type Result struct {
 	// ForeignDeadLetters are dead letters for offsets that hold no data
 	// record: a transaction marker handed out as a message would be one.
 	ForeignDeadLetters int
+
+	// The HTTP group (external handler) and its provider.
+	HTTPConsumers    int
+	HTTPKills        int
+	ProviderRequests int // requests the provider answered or dropped
+	ProviderDrops    int // requests applied and then dropped without an answer
+	ProviderNoKey    int // requests without an Idempotency-Key
+	ProviderIDs      int // distinct keys the provider saw
+	// ProviderMissing counts valid ids that never reached the provider,
+	// leaving out ids the HTTP group dead-lettered and ids of transactions
+	// with an unknown outcome.
+	ProviderMissing          int
+	ProviderRequestsPerIDMax int
+	ProviderRepeated         int // ids the provider saw more than once
+	ProviderAborted          int // ids of aborted transactions the provider saw or the HTTP group recorded
+	ProviderUnknown          int // keys the provider saw that are no valid id in the topic
+	HTTPDLQ                  int
+	HTTPDLQByReason          map[string]int
+	HTTPRecorded             int // distinct ids with a dedup row of the HTTP group
+	HTTPDedupRowsPerIDMax    int
+	HTTPRecordedNotCalled    int // dedup rows for ids the provider never saw
+	HTTPUnrecorded           int // valid ids neither recorded nor dead-lettered by the HTTP group
+	HTTPMalformedMissing     int // malformed messages absent from the HTTP group's dead-letter topic
+	HTTPSnapshots            int
+	HTTPOffsetViolations     []string // the HTTP group's offsets committed ahead of its dedup rows or dead letters
+	// HTTPOffsetAheadOfOwner is the strict check: it also counts offsets
+	// committed past a cross-partition duplicate before the dedup row of its
+	// id committed (reported, not failed: see verifyHTTP).
+	HTTPOffsetAheadOfOwner []string
+
+	// The longest transaction a consumer held open, from pg_stat_activity
+	// samples every 20 ms: overall, of the SQL and of the HTTP fleet.
+	TxSampled                              bool
+	MaxTxOpen, MaxTxOpenSQL, MaxTxOpenHTTP time.Duration
+
+	// Kept from verify for verifyHTTP.
+	validIDs, abortedIDs map[uuid.UUID]bool
+	positions            map[[2]int64]message
+	byPartition          [][]message
 }
 
 // Violations lists every broken invariant.
@@ -114,6 +153,12 @@ func (r *Result) Violations() []string {
 	if len(r.SecretLeaks) > 0 {
 		v = append(v, "the database password appears in logs: "+strings.Join(r.SecretLeaks, ", "))
 	}
+	if !r.TxSampled {
+		v = append(v, "no pg_stat_activity sample was taken: max_tx_open_ms unknown")
+	}
+	if r.HTTPConsumers > 0 {
+		v = append(v, r.httpViolations()...)
+	}
 	v = append(v, r.OffsetViolations...)
 	v = append(v, r.PartitionProblems...)
 	return v
@@ -135,8 +180,29 @@ func (r *Result) Print(w io.Writer) {
 		r.DLQ, strings.Join(reasons, " "), r.Snapshots, r.LogsChecked, len(r.SecretLeaks))
 	fmt.Fprintf(w, "chaos: transactional producer: %d transactions committed, %d aborted, %d with an unknown outcome (%d of their ids not applied); %d records of aborted transactions in the topic\n",
 		r.TxnCommitted, r.TxnAborted, r.TxnUnknown, r.UncertainUnapplied, r.AbortedMessages)
-	fmt.Fprintf(w, "RESULT events=%d unique=%d applied=%d duplicates_applied=%d lost=%d aborted=%d aborted_applied=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d seed=%d\n",
-		r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.AbortedMessages, r.AbortedApplied, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations), r.Seed)
+	fmt.Fprintf(w, "chaos: longest consumer transaction open: %d ms (SQL sink %d ms, HTTP sink %d ms)\n",
+		r.MaxTxOpen.Milliseconds(), r.MaxTxOpenSQL.Milliseconds(), r.MaxTxOpenHTTP.Milliseconds())
+	var httpPart string
+	if r.HTTPConsumers > 0 {
+		reasons = reasons[:0]
+		for k, n := range r.HTTPDLQByReason {
+			reasons = append(reasons, fmt.Sprintf("%s=%d", k, n))
+		}
+		sort.Strings(reasons)
+		fmt.Fprintf(w, "chaos: HTTP group: %d kill -9s; provider got %d requests (%d applied then dropped, %d without a key) for %d ids, %d of them more than once; %d ids recorded; dead-lettered %d (%s); %d recorded but never called, %d neither recorded nor dead-lettered, %d aborted, %d unknown\n",
+			r.HTTPKills, r.ProviderRequests, r.ProviderDrops, r.ProviderNoKey, r.ProviderIDs, r.ProviderRepeated, r.HTTPRecorded,
+			r.HTTPDLQ, strings.Join(reasons, " "), r.HTTPRecordedNotCalled, r.HTTPUnrecorded, r.ProviderAborted, r.ProviderUnknown)
+		fmt.Fprintf(w, "chaos: HTTP group: %d committed-offset snapshots checked against its dedup rows and dead letters; %d malformed messages missing from its dead-letter topic\n",
+			r.HTTPSnapshots, r.HTTPMalformedMissing)
+		for _, s := range r.HTTPOffsetAheadOfOwner {
+			fmt.Fprintf(w, "chaos: HTTP group (strict, reported): %s\n", s)
+		}
+		httpPart = fmt.Sprintf(" http_kills=%d provider_missing=%d provider_requests_per_id_max=%d http_dedup_rows_per_id_max=%d http_offset_violations=%d http_offset_ahead_of_owner_record=%d",
+			r.HTTPKills, r.ProviderMissing, r.ProviderRequestsPerIDMax, r.HTTPDedupRowsPerIDMax, len(r.HTTPOffsetViolations), len(r.HTTPOffsetAheadOfOwner))
+	}
+	fmt.Fprintf(w, "RESULT events=%d unique=%d applied=%d duplicates_applied=%d lost=%d aborted=%d aborted_applied=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d%s max_tx_open_ms=%d seed=%d\n",
+		r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.AbortedMessages, r.AbortedApplied, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations),
+		httpPart, r.MaxTxOpen.Milliseconds(), r.Seed)
 }
 
 // checkPartitions compares the table's partitions with the planner's view
@@ -235,6 +301,7 @@ func (r *Result) verify(ctx context.Context, brokers []string, dbURL string, par
 		}
 	}
 	r.Unique = len(valid)
+	r.validIDs, r.abortedIDs = valid, aborted
 
 	// Dead letters by original position.
 	dlq := map[[2]int64]dlqRecord{}
@@ -330,6 +397,7 @@ func (r *Result) verify(ctx context.Context, brokers []string, dbURL string, par
 			at[[2]int64{int64(m.partition), m.offset}] = m
 		}
 	}
+	r.positions, r.byPartition = at, byPartition
 	for pos := range dlq {
 		switch m, ok := at[pos]; {
 		case !ok:
@@ -408,8 +476,16 @@ func checkOffsets(byPartition [][]message, doneAt func(message) (time.Time, bool
 			idx := sort.Search(len(msgs), func(i int) bool { return msgs[i].offset >= c }) - 1
 			// 50ms of slack for the clocks of two processes reading one system clock.
 			if idx >= 0 && doneBy[idx].After(s.at.Add(50*time.Millisecond)) {
-				out = append(out, fmt.Sprintf("partition %d: offset %d committed by %s (asked at %s) before the events below it were durable (at %s)",
-					p, c, s.at.Format(time.RFC3339Nano), s.asked.Format(time.RFC3339Nano), doneBy[idx].Format(time.RFC3339Nano)))
+				// Name the first late message, for the diagnosis.
+				late := msgs[0]
+				for _, m := range msgs[:idx+1] {
+					if at, _ := doneAt(m); at.After(s.at.Add(50 * time.Millisecond)) {
+						late = m
+						break
+					}
+				}
+				out = append(out, fmt.Sprintf("partition %d: offset %d committed by %s (asked at %s) before the events below it were durable (at %s; first late: offset %d, id %s)",
+					p, c, s.at.Format(time.RFC3339Nano), s.asked.Format(time.RFC3339Nano), doneBy[idx].Format(time.RFC3339Nano), late.offset, late.id))
 				break
 			}
 		}

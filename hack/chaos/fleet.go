@@ -14,8 +14,10 @@ import (
 	"github.com/idempotency-dev/operator/hack/internal/proc"
 )
 
-// fleet is the set of consumer processes.
+// fleet is the set of consumer processes of one group.
 type fleet struct {
+	prefix      string // process (and log file) names: prefix-1, prefix-2, ...
+	group       string
 	bin, logDir string
 	stream      io.Writer
 	env         []string
@@ -25,8 +27,8 @@ type fleet struct {
 	running []*proc.Process
 }
 
-func newFleet(bin, logDir string, stream io.Writer, env []string) *fleet {
-	return &fleet{bin: bin, logDir: logDir, stream: stream, env: env}
+func newFleet(prefix, group, bin, logDir string, stream io.Writer, env []string) *fleet {
+	return &fleet{prefix: prefix, group: group, bin: bin, logDir: logDir, stream: stream, env: env}
 }
 
 func (f *fleet) start() error {
@@ -36,7 +38,7 @@ func (f *fleet) start() error {
 	}
 	f.mu.Lock()
 	f.seq++
-	name := "consumer-" + strconv.Itoa(f.seq)
+	name := f.prefix + "-" + strconv.Itoa(f.seq)
 	f.mu.Unlock()
 	env := append(append([]string{}, f.env...), envvars.ListenAddr+"=127.0.0.1:"+strconv.Itoa(port))
 	p, err := proc.Start(name, proc.Options{LogDir: f.logDir, Stream: f.stream, Env: env}, f.bin)
@@ -114,7 +116,7 @@ type offsetSnapshot struct {
 	offsets map[int]int64
 }
 
-func snapshotOffsets(ctx context.Context, brokers []string, partitions int) (offsetSnapshot, error) {
+func snapshotOffsets(ctx context.Context, brokers []string, group string, partitions int) (offsetSnapshot, error) {
 	// The instant is taken when the answer is in: the broker recorded these
 	// offsets before it answered, and each was committed only after its
 	// events were in the database, so they were durable by then. (The
@@ -134,7 +136,8 @@ func snapshotOffsets(ctx context.Context, brokers []string, partitions int) (off
 	return s, nil
 }
 
-// waitForLagZero waits until the committed offsets reach the end of every partition.
+// waitForLagZero waits until the fleet's group's committed offsets reach the
+// end of every partition.
 func waitForLagZero(ctx context.Context, brokers []string, partitions int, timeout time.Duration, f *fleet) error {
 	deadline := time.Now().Add(timeout)
 	lag := int64(-1)
@@ -142,7 +145,7 @@ func waitForLagZero(ctx context.Context, brokers []string, partitions int, timeo
 		if p := f.crashed(); p != nil {
 			return fmt.Errorf("consumer %s exited on its own: %w\n%s", p.Name, p.ExitErr(), p.TailLog(30))
 		}
-		if l, err := consumertest.GroupLag(ctx, brokers, group, topic, partitions); err == nil {
+		if l, err := consumertest.GroupLag(ctx, brokers, f.group, topic, partitions); err == nil {
 			if lag = l; lag == 0 {
 				return nil
 			}
@@ -151,5 +154,5 @@ func waitForLagZero(ctx context.Context, brokers []string, partitions int, timeo
 			return ctx.Err()
 		}
 	}
-	return fmt.Errorf("consumer lag still %d after %s", lag, timeout)
+	return fmt.Errorf("group %s: consumer lag still %d after %s", f.group, lag, timeout)
 }

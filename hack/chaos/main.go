@@ -8,9 +8,15 @@
 // random moments, starts new ones (rebalances), restarts PostgreSQL and the
 // broker, and runs partition maintenance concurrently on a fast clock.
 //
+// A second consumer group runs the http sink (an external handler) against a
+// provider inside the harness that records every Idempotency-Key and sometimes
+// drops the connection after applying a request; its processes are killed too,
+// and a monitor samples pg_stat_activity for the longest consumer transaction.
+//
 // At the end it checks the invariants, prints what it found, and a final line
 //
 //	RESULT events=... unique=... applied=... duplicates_applied=0 lost=0 aborted=... aborted_applied=0 kills=... dlq=...
+//	  ... provider_missing=0 provider_requests_per_id_max=... http_dedup_rows_per_id_max=1 max_tx_open_ms=...
 //
 // It exits non-zero on any violation and prints the seed to replay the run.
 package main
@@ -33,6 +39,10 @@ func main() {
 	flag.IntVar(&o.PostgresRestarts, "pg-restarts", o.PostgresRestarts, "PostgreSQL crash-restarts")
 	flag.IntVar(&o.BrokerRestarts, "broker-restarts", o.BrokerRestarts, "broker kill -9 and restarts")
 	flag.IntVar(&o.Consumers, "consumers", o.Consumers, "consumer processes running normally")
+	flag.IntVar(&o.HTTPConsumers, "http-consumers", o.HTTPConsumers, "http-sink consumer processes running normally (0: no HTTP group)")
+	flag.IntVar(&o.HTTPKills, "http-kills", o.HTTPKills, "kill -9s of http-sink consumer processes")
+	flag.DurationVar(&o.HTTPDelay, "http-delay", o.HTTPDelay, "the HTTP provider's time per call")
+	flag.Float64Var(&o.HTTPDropShare, "http-drops", o.HTTPDropShare, "share of requests the provider applies and then drops the connection of")
 	flag.IntVar(&o.Partitions, "partitions", o.Partitions, "topic partitions")
 	flag.Float64Var(&o.TxnShare, "txn-share", o.TxnShare, "share of messages written by the transactional producer")
 	flag.Float64Var(&o.AbortShare, "txn-aborts", o.AbortShare, "share of the transactions that are aborted")
@@ -40,6 +50,7 @@ func main() {
 	flag.DurationVar(&o.ProduceFor, "produce-for", o.ProduceFor, "spread production (and the chaos) over this long")
 	flag.Uint64Var(&o.Seed, "seed", 0, "random seed (0 = from the clock); printed for replays")
 	flag.BoolVar(&o.Verbose, "v", false, "stream the consumers' and broker's logs")
+	flag.BoolVar(&o.Keep, "keep", false, "keep the work directory (logs, broker data) after the run")
 	flag.Parse()
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())

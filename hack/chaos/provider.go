@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// provider is the payment provider the HTTP consumers call: it records every
+// request's Idempotency-Key (how often it came), takes Delay per call, and
+// for DropShare of the requests applies the request and then drops the
+// connection without answering, so the consumer cannot know it took effect
+// and must repeat the call with the same key.
+type provider struct {
+	delay     time.Duration
+	dropShare float64
+	srv       *http.Server
+	ln        net.Listener
+
+	mu       sync.Mutex
+	rng      *mrand.Rand
+	counts   map[string]int
+	requests int
+	drops    int
+	noKey    int
+}
+
+func startProvider(seed uint64, delay time.Duration, dropShare float64) (*provider, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listening for the HTTP provider: %w", err)
+	}
+	p := &provider{delay: delay, dropShare: dropShare, ln: ln,
+		rng: mrand.New(mrand.NewPCG(seed, 17)), counts: map[string]int{}}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+func (p *provider) url() string { return "http://" + p.ln.Addr().String() + "/charge" }
+
+func (p *provider) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.srv.Shutdown(ctx)
+}
+
+// ServeHTTP applies a request (records its key) and answers 200, or drops the
+// connection after applying it.
+func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	time.Sleep(p.delay)
+	p.mu.Lock()
+	p.requests++
+	if key == "" {
+		p.noKey++
+	} else {
+		p.counts[key]++
+	}
+	drop := p.rng.Float64() < p.dropShare
+	if drop {
+		p.drops++
+	}
+	p.mu.Unlock()
+	if drop {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+			return
+		}
+		// Hijacking unsupported (HTTP/2): abort the handler, which resets the stream.
+		panic(http.ErrAbortHandler)
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// snapshot returns a copy of the per-key request counts and the totals.
+func (p *provider) snapshot() (counts map[string]int, requests, drops, noKey int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	counts = make(map[string]int, len(p.counts))
+	for k, n := range p.counts {
+		counts[k] = n
+	}
+	return counts, p.requests, p.drops, p.noKey
+}
+
+// txMonitor samples pg_stat_activity and keeps the longest open transaction
+// of the sessions with the given application names.
+type txMonitor struct {
+	mu      sync.Mutex
+	max     map[string]time.Duration // by application_name
+	samples int
+}
+
+func (m *txMonitor) observe(app string, age time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if age > m.max[app] {
+		m.max[app] = age
+	}
+}
+
+// run samples every interval until ctx ends; failed samples (PostgreSQL
+// restarting) are skipped.
+func (m *txMonitor) run(ctx context.Context, dbURL string, apps []string, interval time.Duration) {
+	m.max = map[string]time.Duration{}
+	for ctx.Err() == nil {
+		m.sampleOnce(ctx, dbURL, apps, interval)
+		sleepCtx(ctx, time.Second)
+	}
+}
+
+// sampleOnce holds one connection and samples until it fails or ctx ends.
+func (m *txMonitor) sampleOnce(ctx context.Context, dbURL string, apps []string, interval time.Duration) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	for ctx.Err() == nil {
+		rows, err := conn.Query(ctx, `SELECT application_name, extract(epoch FROM clock_timestamp() - xact_start)
+			FROM pg_stat_activity WHERE application_name = ANY($1) AND xact_start IS NOT NULL`, apps)
+		if err != nil {
+			return
+		}
+		for rows.Next() {
+			var app string
+			var secs float64
+			if rows.Scan(&app, &secs) == nil {
+				m.observe(app, time.Duration(secs*float64(time.Second)))
+			}
+		}
+		if rows.Err() != nil {
+			return
+		}
+		m.mu.Lock()
+		m.samples++
+		m.mu.Unlock()
+		sleepCtx(ctx, interval)
+	}
+}
+
+// result returns the longest transaction per application and overall.
+func (m *txMonitor) result() (map[string]time.Duration, time.Duration, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.samples == 0 {
+		return nil, 0, errors.New("no pg_stat_activity sample was taken")
+	}
+	var top time.Duration
+	out := map[string]time.Duration{}
+	for k, v := range m.max {
+		out[k] = v
+		top = max(top, v)
+	}
+	return out, top, nil
+}
