@@ -72,13 +72,27 @@ func TestAdoption(t *testing.T) {
 		})
 		// envtest runs no garbage collector: remove the old object's
 		// Deployment as the cluster's would.
+		// A reconcile of the old object already under way when it was
+		// deleted may still write its Deployment after a first delete, so
+		// delete until it has stayed gone for a second.
 		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-consumer"}}
-		if err := te.c.Delete(ctx, dep); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 30*time.Second, "the old Deployment gone", func() (bool, string) {
+		var goneSince time.Time
+		eventually(t, 30*time.Second, "the old Deployment gone for good", func() (bool, string) {
 			err := te.c.Get(ctx, client.ObjectKeyFromObject(dep), &appsv1.Deployment{})
-			return apierrors.IsNotFound(err), ""
+			switch {
+			case apierrors.IsNotFound(err):
+				if goneSince.IsZero() {
+					goneSince = time.Now()
+				}
+				return time.Since(goneSince) > time.Second, ""
+			case err != nil:
+				return false, err.Error()
+			}
+			goneSince = time.Time{}
+			if err := te.c.Delete(ctx, dep); client.IgnoreNotFound(err) != nil {
+				return false, err.Error()
+			}
+			return false, "deleted; waiting"
 		})
 
 		// Created again: same spec, new UID. Refused, and told how to adopt.
