@@ -68,18 +68,7 @@ func TestLostPartOfSplitBatchIsRedone(t *testing.T) {
 	e := newEnv(t)
 	e.dumpLogsOnFailure(t)
 	ctx := context.Background()
-	if _, err := e.pool.Exec(ctx, `CREATE TABLE parent (id int PRIMARY KEY);
-		INSERT INTO parent VALUES (1);
-		CREATE TABLE child (event_id uuid NOT NULL, parent_id int NOT NULL
-			REFERENCES parent DEFERRABLE INITIALLY DEFERRED)`); err != nil {
-		t.Fatal(err)
-	}
-	ids := []uuid.UUID{newID(t), newID(t), newID(t), newID(t)}
-	var msgs []kafka.Message
-	for _, id := range ids {
-		msgs = append(msgs, event(id, 0, ""))
-	}
-	e.kafka.Produce(t, e.topic, msgs...)
+	ids := deferredChildFixture(t, e)
 
 	// The first attempt of the whole batch is refused at COMMIT (offset 3's
 	// row), so the runtime commits offsets 0-1 alone, then tries 2-3. The

@@ -244,18 +244,7 @@ func TestCommitRefusedByDeferredConstraint(t *testing.T) {
 	e := newEnv(t)
 	e.dumpLogsOnFailure(t)
 	ctx := context.Background()
-	if _, err := e.pool.Exec(ctx, `CREATE TABLE parent (id int PRIMARY KEY);
-		INSERT INTO parent VALUES (1);
-		CREATE TABLE child (event_id uuid NOT NULL, parent_id int NOT NULL
-			REFERENCES parent DEFERRABLE INITIALLY DEFERRED)`); err != nil {
-		t.Fatal(err)
-	}
-	ids := []uuid.UUID{newID(t), newID(t), newID(t), newID(t)}
-	var msgs []kafka.Message
-	for _, id := range ids {
-		msgs = append(msgs, event(id, 0, ""))
-	}
-	e.kafka.Produce(t, e.topic, msgs...)
+	ids := deferredChildFixture(t, e)
 	h := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
 		parent := 1
 		if ev.Offset == 2 {
@@ -285,4 +274,25 @@ func TestCommitRefusedByDeferredConstraint(t *testing.T) {
 		!strings.Contains(header(dl[0], consumer.HeaderDLQError), "23503") {
 		t.Fatalf("want one dead letter for offset 2 naming the foreign key violation; got %d", len(dl))
 	}
+}
+
+// deferredChildFixture creates table child whose parent_id references
+// parent (holding only id 1) through a deferred foreign key, so a bad row
+// passes its INSERT and is refused at COMMIT, and produces four events to
+// partition 0. It returns their ids in offset order.
+func deferredChildFixture(t *testing.T, e *env) []uuid.UUID {
+	t.Helper()
+	if _, err := e.pool.Exec(context.Background(), `CREATE TABLE parent (id int PRIMARY KEY);
+		INSERT INTO parent VALUES (1);
+		CREATE TABLE child (event_id uuid NOT NULL, parent_id int NOT NULL
+			REFERENCES parent DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+		t.Fatal(err)
+	}
+	ids := []uuid.UUID{newID(t), newID(t), newID(t), newID(t)}
+	msgs := make([]kafka.Message, len(ids))
+	for i, id := range ids {
+		msgs[i] = event(id, 0, "")
+	}
+	e.kafka.Produce(t, e.topic, msgs...)
+	return ids
 }
