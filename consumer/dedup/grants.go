@@ -286,13 +286,16 @@ func (e *Engine) literal(ctx context.Context, conn *pgx.Conn, s string) (string,
 	return lit, nil
 }
 
+// policyPrefix starts the name of every policy GrantConsumer creates.
+const policyPrefix = "idempotency_consumer_"
+
 // policyName names the policy of one role and group: a hash, because a role
 // name alone may take the whole identifier length. The policy's own
 // definition says whom it is for (pg_policies).
 func policyName(role, group string) string {
 	h := fnv.New64a()
 	h.Write([]byte(role + "\x00" + group))
-	return fmt.Sprintf("idempotency_consumer_%016x", h.Sum64())
+	return fmt.Sprintf("%s%016x", policyPrefix, h.Sum64())
 }
 
 // ensurePolicy enables row-level security on table (if it is not) and
@@ -322,6 +325,202 @@ SELECT EXISTS (SELECT 1 FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid J
 		// After the policy, so that the role is never locked out of its
 		// rows in between.
 		if err := run("enabling row-level security on "+table, "ALTER TABLE "+ident+" ENABLE ROW LEVEL SECURITY"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AccessError reports that the role a consumer connects as may not do what
+// the runtime does on the table: privileges it lacks, or row-level security
+// that admits none of its group's rows. It is not permanent: the table's
+// owner grants what is missing (Engine.GrantConsumer).
+type AccessError struct {
+	Role  string // current_user
+	Group string
+	// Problems lists what is missing, one entry per table.
+	Problems []string
+}
+
+// Error names the role, what it lacks and who grants it.
+func (e *AccessError) Error() string {
+	return fmt.Sprintf("role %q may not run the consumer of group %q: %s; the table's owner grants it (dedup.Engine.GrantConsumer; the operator does so for the role of spec.database.consumerURLSecretRef)",
+		e.Role, e.Group, strings.Join(e.Problems, "; "))
+}
+
+// CheckAccess verifies that the role q is connected as (current_user) holds
+// what the runtime of group needs on t (after defaults) and its positions
+// table: the privileges GrantConsumer grants and, where row-level security
+// applies to the role, a policy that can admit the group's rows (this
+// package's policy for the role and group, or any policy of someone else's,
+// which it cannot judge). It returns an *AccessError listing what is
+// missing; the owner, a superuser and a BYPASSRLS role pass the policy part.
+// DELETE on the dedup table is needed only with forget (a runtime that takes
+// ids back with Inserter.Forget; the external-call path never does). It
+// reads the catalog only.
+func CheckAccess(ctx context.Context, q Queryer, t Table, group string, forget bool) error {
+	t = t.WithDefaults()
+	tablePrivs := []string{"SELECT", "INSERT"}
+	if forget {
+		tablePrivs = append(tablePrivs, "DELETE")
+	}
+	var (
+		role     string
+		usage    bool
+		problems []string
+	)
+	if err := q.QueryRow(ctx, `SELECT current_user::text, has_schema_privilege($1, 'USAGE')`, t.Schema).Scan(&role, &usage); err != nil {
+		return fmt.Errorf("checking the consumer role's privileges on %s: %w", t, err)
+	}
+	if !usage {
+		return &AccessError{Role: role, Group: group, Problems: []string{"no USAGE on schema " + t.Schema}}
+	}
+	positions := PositionsTableName(t)
+	for _, rel := range []struct {
+		name  string
+		privs []string
+	}{{t.Name, tablePrivs}, {positions, []string{"SELECT", "INSERT", "UPDATE"}}} {
+		var (
+			missing, policies []string
+			rls               bool
+		)
+		err := q.QueryRow(ctx, `
+SELECT ARRAY(SELECT p FROM unnest($3::text[]) p WHERE NOT has_table_privilege(c.oid, p)),
+       c.relrowsecurity AND NOT r.rolsuper AND NOT r.rolbypassrls
+         AND (c.relforcerowsecurity OR NOT pg_has_role(r.oid, c.relowner, 'MEMBER')),
+       ARRAY(SELECT pol.polname::text FROM pg_policy pol
+              WHERE pol.polrelid = c.oid AND pol.polcmd IN ('*', 'a') AND pol.polpermissive
+                AND (0 = ANY (pol.polroles) OR EXISTS (SELECT 1 FROM unnest(pol.polroles) pr WHERE pg_has_role(r.oid, pr, 'MEMBER'))))
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, pg_roles r
+ WHERE n.nspname = $1 AND c.relname = $2 AND r.rolname = current_user`, t.Schema, rel.name, rel.privs).Scan(&missing, &rls, &policies)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // a missing table is the other checks' business
+		}
+		if err != nil {
+			return fmt.Errorf("checking the consumer role's privileges on %s.%s: %w", t.Schema, rel.name, err)
+		}
+		if len(missing) > 0 {
+			problems = append(problems, fmt.Sprintf("no %s on %s.%s", strings.Join(missing, ", "), t.Schema, rel.name))
+		}
+		if rls && !admits(policies, role, group) {
+			problems = append(problems, fmt.Sprintf("row-level security on %s.%s and no policy for this role and group", t.Schema, rel.name))
+		}
+	}
+	if len(problems) > 0 {
+		return &AccessError{Role: role, Group: group, Problems: problems}
+	}
+	return nil
+}
+
+// admits reports whether the policies that apply to role may admit group's
+// rows: this package's policy for role and group, or a policy it did not
+// write (whose condition it cannot judge).
+func admits(policies []string, role, group string) bool {
+	for _, p := range policies {
+		if p == policyName(role, group) || !strings.HasPrefix(p, policyPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// RevokeConsumer takes back what GrantConsumer gave role for group: the
+// group's policies on the table and its positions table; then, if no policy
+// of this package for role is left on either (the role serves no other
+// group here), every privilege granted to the role itself on both tables and
+// on the claim functions. USAGE on the schema stays: it may have been there
+// before, and it gives nothing by itself. A missing table or role is not an
+// error; a table that is not ours is (*OwnershipError).
+//
+// Run it when the consumer's role changes, so the old role keeps nothing.
+// Dropping a policy takes ACCESS EXCLUSIVE on the table for an instant, under
+// the engine's lock_timeout, like GrantConsumer.
+func (e *Engine) RevokeConsumer(ctx context.Context, role, group string) (GrantResult, error) {
+	var res GrantResult
+	if err := ValidateRole(role); err != nil {
+		return res, fmt.Errorf("revoking from the consumer's role on %s: %w", e.table, err)
+	}
+	conn, release, err := e.session(ctx)
+	if err != nil {
+		return res, fmt.Errorf("revoking from role %q on %s: %w", role, e.table, err)
+	}
+	defer release()
+	if err := e.revokeConsumer(ctx, conn, role, group, &res); err != nil {
+		return res, fmt.Errorf("revoking from role %q on %s: %w", role, e.table, err)
+	}
+	return res, nil
+}
+
+func (e *Engine) revokeConsumer(ctx context.Context, conn *pgx.Conn, role, group string, res *GrantResult) error {
+	st, err := e.observe(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if !st.Exists {
+		return nil
+	}
+	if st.Owner == "" {
+		return &OwnershipError{Table: e.table.String()}
+	}
+	if want := e.ensuredOwner(); want != "" && st.Owner != want {
+		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
+	}
+	var (
+		exists  bool
+		drop    []string // tables with this group's policy
+		others  int      // our policies of the role for other groups
+		granted []string // tables and functions with grants to the role itself
+	)
+	qctx, cancel := e.bounded(ctx)
+	defer cancel()
+	names := make([]string, 0, len(claimFunctionSuffixes))
+	for _, s := range claimFunctionSuffixes {
+		names = append(names, e.table.Name+s)
+	}
+	err = conn.QueryRow(qctx, `
+WITH r AS (SELECT oid FROM pg_roles WHERE rolname = $1),
+     t AS (SELECT c.oid, c.relname::text AS name, c.relacl FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = $2 AND c.relname = ANY (ARRAY[$3, $4]))
+SELECT EXISTS (SELECT 1 FROM r),
+       ARRAY(SELECT t.name FROM t JOIN pg_policy p ON p.polrelid = t.oid WHERE p.polname = $5 ORDER BY t.name),
+       (SELECT count(*) FROM t JOIN pg_policy p ON p.polrelid = t.oid, r
+         WHERE left(p.polname, length($6)) = $6 AND p.polname <> $5 AND r.oid = ANY (p.polroles))::int,
+       ARRAY(SELECT 'TABLE ' || quote_ident($2) || '.' || quote_ident(t.name) FROM t, r
+              WHERE EXISTS (SELECT 1 FROM aclexplode(t.relacl) a WHERE a.grantee = r.oid)
+             UNION ALL
+             SELECT 'FUNCTION ' || quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '(' || pg_get_function_identity_arguments(p.oid) || ')'
+               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace, r
+              WHERE n.nspname = $2 AND p.proname = ANY ($7::text[])
+                AND EXISTS (SELECT 1 FROM aclexplode(p.proacl) a WHERE a.grantee = r.oid))`,
+		role, e.table.Schema, e.table.Name, e.positionsName(), policyName(role, group), policyPrefix, names).Scan(
+		&exists, &drop, &others, &granted)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reading the role's grants and policies: %w", err)
+	}
+	if !exists {
+		return nil
+	}
+	r := pgx.Identifier{role}.Sanitize()
+	run := func(op, sql string) error {
+		if err := e.ddl(ctx, conn, op, sql); err != nil {
+			return err
+		}
+		res.Statements = append(res.Statements, sql)
+		return nil
+	}
+	// Privileges first, so that the role never holds one its policy no
+	// longer limits.
+	if others == 0 {
+		for _, obj := range granted {
+			if err := run("revoking from "+role+" on "+obj, "REVOKE ALL ON "+obj+" FROM "+r); err != nil {
+				return err
+			}
+		}
+	}
+	for _, tbl := range drop {
+		sql := "DROP POLICY " + pgx.Identifier{policyName(role, group)}.Sanitize() + " ON " + pgx.Identifier{e.table.Schema, tbl}.Sanitize()
+		if err := run("dropping the consumer group policy on "+tbl, sql); err != nil {
 			return err
 		}
 	}

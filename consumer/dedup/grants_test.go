@@ -437,6 +437,94 @@ func TestGrantConsumerErrors(t *testing.T) {
 	}
 }
 
+// TestCheckAccess: the consumer's start-up check names what its role
+// lacks, before the grant, for a group without a policy, and after the
+// grant is taken back; the owner passes.
+func TestCheckAccess(t *testing.T) {
+	ctx := testCtx(t)
+	r := newRoles(t, ScopeConsumerGroup)
+	var ae *AccessError
+	err := CheckAccess(ctx, r.consDB, r.tbl, "g1", true)
+	if !errors.As(err, &ae) || !strings.Contains(err.Error(), "no USAGE on schema app") {
+		t.Fatalf("before the grant: %v, want *AccessError about USAGE", err)
+	}
+	t.Logf("before the grant: %v", err)
+	if err := CheckAccess(ctx, r.ownerDB, r.tbl, "g1", true); err != nil {
+		t.Fatalf("the owner: %v", err)
+	}
+	r.grant(t, "g1")
+	if err := CheckAccess(ctx, r.consDB, r.tbl, "g1", true); err != nil {
+		t.Fatalf("after the grant: %v", err)
+	}
+	err = CheckAccess(ctx, r.consDB, r.tbl, "g2", true)
+	if !errors.As(err, &ae) || len(ae.Problems) != 2 || !strings.Contains(err.Error(), "row-level security on app.processed_event and no policy") {
+		t.Fatalf("another group: %v, want *AccessError naming both tables' row-level security", err)
+	}
+	t.Logf("another group: %v", err)
+	if _, err := r.eng.RevokeConsumer(ctx, r.consumer.Name, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	err = CheckAccess(ctx, r.consDB, r.tbl, "g1", true)
+	if !errors.As(err, &ae) || !strings.Contains(err.Error(), "no SELECT, INSERT, DELETE on app.processed_event") {
+		t.Fatalf("after the revoke: %v", err)
+	}
+	t.Logf("after the revoke: %v", err)
+}
+
+// TestRevokeConsumer: revoking one group of a role shared by two drops that
+// group's policies only (its rows are refused, the other group's still
+// work); revoking the last takes every privilege back; a second revoke, and
+// a revoke for a role that does not exist, do nothing.
+func TestRevokeConsumer(t *testing.T) {
+	ctx := testCtx(t)
+	r := newRoles(t, ScopeConsumerGroup)
+	r.grant(t, "g1")
+	r.grant(t, "g3")
+	res, err := r.eng.RevokeConsumer(ctx, r.consumer.Name, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Statements) != 2 || !strings.HasPrefix(res.Statements[0], "DROP POLICY") {
+		t.Errorf("revoking g1 of a role that also serves g3: %v, want its two policies dropped and nothing else", res.Statements)
+	}
+	g1, _ := NewInserter(r.tbl, "g1")
+	g3, _ := NewInserter(r.tbl, "g3")
+	if got := insertCommit(t, r.consDB, g3, idAt(r.now)); !got.Fresh[0] {
+		t.Errorf("g3 after g1's revoke: %+v", got)
+	}
+	if code, msg, _ := sqlstate(t, r.consDB, `INSERT INTO app.processed_event (event_id, consumer_group) VALUES ($1, 'g1')`, idAt(r.now)); code != "42501" {
+		t.Errorf("g1's row after its revoke: %q %s, want 42501", code, msg)
+	}
+	res, err = r.eng.RevokeConsumer(ctx, r.consumer.Name, "g3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range res.Statements {
+		t.Logf("revoked: %s", s)
+	}
+	err = pgx.BeginFunc(ctx, r.consDB, func(tx pgx.Tx) error {
+		_, err := g1.Insert(ctx, tx, []uuid.UUID{idAt(r.now)})
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		t.Errorf("insert after the last revoke: %v, want 42501", err)
+	}
+	for _, tbl := range []string{"app.processed_event", "app.processed_event_offsets"} {
+		var any bool
+		if err := r.admin.QueryRow(ctx, `SELECT has_table_privilege($1, $2, 'SELECT') OR has_table_privilege($1, $2, 'INSERT') OR has_table_privilege($1, $2, 'UPDATE') OR has_table_privilege($1, $2, 'DELETE')`,
+			r.consumer.Name, tbl).Scan(&any); err != nil || any {
+			t.Errorf("privileges left on %s: %v %v", tbl, any, err)
+		}
+	}
+	if res, err := r.eng.RevokeConsumer(ctx, r.consumer.Name, "g3"); err != nil || len(res.Statements) != 0 {
+		t.Errorf("second revoke: %v %v, want nothing", res.Statements, err)
+	}
+	if res, err := r.eng.RevokeConsumer(ctx, "no_such_role_x", "g3"); err != nil || len(res.Statements) != 0 {
+		t.Errorf("revoke for a missing role: %v %v, want nothing", res.Statements, err)
+	}
+}
+
 // TestRLSCostReport measures what the consumer group policy costs the
 // batched dedup insert (500 fresh ids per transaction; the statement, not
 // the commit) and the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,6 +130,86 @@ GRANT INSERT ON app.ledger TO `+pgx.Identifier{role.Name}.Sanitize()); err != ni
 		if strings.Contains(logs.String(), s) {
 			t.Errorf("the log says %q", s)
 		}
+	}
+}
+
+// TestConsumerWaitsForItsGrants: a consumer whose role has the grants of
+// another group (so its rows are refused by row-level security) reports not
+// ready with what is missing instead of starting and failing every batch;
+// once the owner grants its group it goes on by itself.
+func TestConsumerWaitsForItsGrants(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := consumertest.NewKafka(t)
+	k.MustCreateTopic(t, "events", 1)
+	k.MustCreateTopic(t, "events.dlq", 1)
+	dsn := consumertest.DatabaseURL(t)
+	owner := consumertest.NewRole(t, dsn, "operator")
+	role := consumertest.NewRole(t, dsn, "consumer")
+	admin := pool(t, dsn)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA app AUTHORIZATION "+pgx.Identifier{owner.Name}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	tbl := dedup.Table{Schema: "app"}
+	eng, err := dedup.NewEngine(pool(t, owner.URL), tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.EnsureTable(ctx, "test-owner"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Maintain(ctx, time.Now(), 2, 48*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.GrantConsumer(ctx, role.Name, "another-group"); err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.Must(uuid.NewV7())
+	k.Produce(t, "events", kafka.Message{Value: []byte(`{"eventId":"` + id.String() + `"}`)})
+	logs := &consumertest.SyncBuffer{}
+	cfg := consumer.Config{
+		Brokers: k.Brokers(), Topic: "events", Group: "g", DatabaseURL: role.URL, Table: tbl,
+		BatchWait: 10 * time.Millisecond, SessionTimeout: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
+		RetryBackoffMax: 200 * time.Millisecond,
+		Logger:          slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	var calls atomic.Int64
+	c, err := consumer.New(cfg, func(context.Context, pgx.Tx, *consumer.Event) error { calls.Add(1); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("consumer log:\n%s", logs.String())
+		}
+	}()
+	want := `may not run the consumer of group \"g\": row-level security on app.processed_event and no policy for this role and group`
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), want) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("the log does not say what the role lacks (%s)", want)
+	}
+	if strings.Contains(logs.String(), "joined generation") || calls.Load() != 0 {
+		t.Fatalf("the consumer joined the group (%d handler calls) without its grants", calls.Load())
+	}
+	if _, err := eng.GrantConsumer(ctx, role.Name, "g"); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for calls.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("%d handler calls after the grant, want 1", calls.Load())
 	}
 }
 
