@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -26,12 +23,6 @@ const (
 	DefaultAdvisoryLockWait = 30 * time.Second
 	DefaultStatementTimeout = time.Minute
 )
-
-// clientGrace is how much longer than statement_timeout the client waits
-// for an answer before it gives up on the connection: the server normally
-// cancels the statement first and the connection stays usable; the client
-// deadline is the backstop for a server or network that does not answer.
-const clientGrace = 5 * time.Second
 
 // Step names a point in the maintenance protocol, passed to a StepHook.
 type Step string
@@ -296,13 +287,6 @@ LIMIT 1`, e.table.Schema, name).Scan(&kind, &of)
 		return "", "", fmt.Errorf("looking up the name %s: %w", name, err)
 	}
 	return kind, of, nil
-}
-
-// isNameTaken reports SQLSTATE 42P07 (duplicate_table: a relation of that
-// name exists) and 42710 (duplicate_object: e.g. a type of that name).
-func isNameTaken(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "42P07" || pgErr.Code == "42710")
 }
 
 func (e *Engine) createTable(ctx context.Context, conn *pgx.Conn, owner string) error {
@@ -1117,156 +1101,4 @@ func (e *Engine) step(ctx context.Context, s Step, partition string) error {
 		return nil
 	}
 	return e.cfg.hook(ctx, s, partition)
-}
-
-// conn takes a pool connection with the engine's lock_timeout and
-// statement_timeout set. release(maybeLocked) resets them and returns the
-// connection, or closes it when its state is unknown: after an error, in a
-// transaction, or when it may hold the table's advisory lock that could not
-// be released. Closing ends the backend, and so frees whatever it held.
-func (e *Engine) conn(ctx context.Context) (*pgx.Conn, func(maybeLocked bool), error) {
-	actx, cancel := e.bounded(ctx)
-	pc, err := e.pool.Acquire(actx)
-	cancel()
-	if err != nil {
-		return nil, nil, fmt.Errorf("acquiring connection: %w", err)
-	}
-	conn := pc.Conn()
-	release := func(maybeLocked bool) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clientGrace)
-		defer cancel()
-		var err error
-		if maybeLocked {
-			_, err = conn.Exec(cctx, `SELECT pg_advisory_unlock($1)`, e.lockKey())
-		}
-		if err == nil {
-			err = conn.PgConn().Exec(cctx, "RESET lock_timeout; RESET statement_timeout").Close()
-		}
-		if err != nil || conn.PgConn().TxStatus() != 'I' {
-			_ = pc.Hijack().Close(cctx)
-			return
-		}
-		pc.Release()
-	}
-	settings := fmt.Sprintf("SET lock_timeout = %d; SET statement_timeout = %d", e.cfg.lockTimeout.Milliseconds(), e.cfg.statementTimeout.Milliseconds())
-	if err := e.exec(ctx, conn, settings); err != nil {
-		release(false)
-		return nil, nil, fmt.Errorf("setting lock_timeout and statement_timeout: %w", err)
-	}
-	return conn, release, nil
-}
-
-// session takes a connection (see conn) for the whole run and the table's
-// session-level advisory lock on it. DETACH CONCURRENTLY must run outside a
-// transaction block, so the lock cannot be a transaction lock. release gives
-// the lock and the settings back, or discards the connection.
-func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
-	conn, put, err := e.conn(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	// Try-lock in a loop rather than pg_advisory_lock, which would be cut
-	// short by the lock_timeout; waiting for another maintainer is expected
-	// and bounded separately (WithAdvisoryLockWait).
-	deadline := time.Now().Add(e.cfg.advisoryLockWait)
-	for attempt := 1; ; attempt++ {
-		locked := false
-		qctx, cancel := e.bounded(ctx)
-		err := conn.QueryRow(qctx, `SELECT pg_try_advisory_lock($1)`, e.lockKey()).Scan(&locked)
-		cancel()
-		if err != nil {
-			// The answer may be lost after the server took the lock.
-			put(true)
-			return nil, nil, fmt.Errorf("taking the table's advisory lock: %w", err)
-		}
-		if locked {
-			return conn, func() { put(true) }, nil
-		}
-		if !time.Now().Before(deadline) {
-			put(false)
-			return nil, nil, &LockError{Op: "waiting for another maintainer of " + e.table.String(), Attempts: attempt, Err: errors.New("advisory lock held")}
-		}
-		select {
-		case <-ctx.Done():
-			put(false)
-			return nil, nil, fmt.Errorf("waiting for the table's advisory lock: %w", ctx.Err())
-		case <-time.After(min(50*time.Millisecond, time.Until(deadline)+time.Millisecond)):
-		}
-	}
-}
-
-// bounded limits ctx to one statement: statement_timeout plus a grace for
-// the server's answer. Every database call of the engine runs under it.
-func (e *Engine) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, e.cfg.statementTimeout+clientGrace)
-}
-
-// exec runs sql (simple protocol) under a statement deadline.
-func (e *Engine) exec(ctx context.Context, conn *pgx.Conn, sql string) error {
-	ctx, cancel := e.bounded(ctx)
-	defer cancel()
-	return conn.PgConn().Exec(ctx, sql).Close()
-}
-
-// lockKey is the advisory lock key of the table: a hash of its qualified
-// name, the same in every process.
-func (e *Engine) lockKey() int64 {
-	h := fnv.New64a()
-	h.Write([]byte("idempotency.dev/dedup\x00" + e.table.Schema + "\x00" + e.table.Name))
-	return int64(h.Sum64())
-}
-
-// ddl runs one DDL string (simple protocol, so several statements form one
-// implicit transaction) and retries it with backoff while it fails on
-// lock_timeout. Other errors are returned at once.
-func (e *Engine) ddl(ctx context.Context, conn *pgx.Conn, op, sql string) error {
-	for attempt := 1; ; attempt++ {
-		err := e.exec(ctx, conn, sql)
-		if err == nil {
-			return nil
-		}
-		if !isLockTimeout(err) {
-			return fmt.Errorf("%s: %w", op, err)
-		}
-		if attempt >= e.cfg.attempts {
-			return &LockError{Op: op, Attempts: attempt, Err: err}
-		}
-		if err := e.sleep(ctx, attempt); err != nil {
-			return fmt.Errorf("%s: %w", op, err)
-		}
-	}
-}
-
-// sleep waits before attempt+1: exponential backoff with jitter, so two
-// maintainers of different tables behind the same lock do not retry in step.
-func (e *Engine) sleep(ctx context.Context, attempt int) error {
-	d := e.cfg.backoff << min(attempt-1, 20)
-	if d > e.cfg.maxBackoff || d <= 0 {
-		d = e.cfg.maxBackoff
-	}
-	if d > 0 {
-		d = d/2 + rand.N(d/2+1)
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
-}
-
-// lockErr wraps err as "op: err", as a retryable *LockError if it is a lock
-// timeout.
-func lockErr(op string, err error) error {
-	if isLockTimeout(err) {
-		return &LockError{Op: op, Attempts: 1, Err: err}
-	}
-	return fmt.Errorf("%s: %w", op, err)
-}
-
-// isLockTimeout reports the errors a busy lock produces: lock_not_available
-// (lock_timeout) and deadlock_detected.
-func isLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01")
 }
