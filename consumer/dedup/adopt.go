@@ -2,7 +2,6 @@ package dedup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -74,57 +73,54 @@ func (e *Engine) adopt(ctx context.Context, owner, from string) (AdoptResult, er
 		return res, fmt.Errorf("adopting table %s: %w", e.table, err)
 	}
 	defer release()
-	for attempt := 1; ; attempt++ {
-		st, err := e.observe(ctx, conn)
-		if err != nil {
-			return res, fmt.Errorf("adopting table %s: %w", e.table, err)
-		}
-		if !st.Exists {
-			if err := e.createTable(ctx, conn, owner); err != nil {
-				var nc *NameConflictError
-				if errors.As(err, &nc) {
-					return res, err
-				}
-				return res, fmt.Errorf("adopting table %s: %w", e.table, err)
-			}
-			res.Created = true
-			return res, nil
-		}
-		switch st.Owner {
-		case owner, from:
-		default:
-			return res, &OwnershipError{Table: e.table.String(), Owner: st.Owner, AdoptFrom: from}
-		}
-		if err := e.checkLayout(ctx, conn, st); err != nil {
-			return res, err
-		}
-		parts, err := e.markedPartitions(ctx, conn, st, from)
-		if err != nil {
-			return res, fmt.Errorf("adopting table %s: %w", e.table, err)
-		}
-		adoptTable := st.Owner == from
-		if !adoptTable && len(parts) == 0 {
-			return res, nil // already ours: nothing to do
-		}
-		err = e.rewriteMarkers(ctx, conn, st.Marker, owner, from, parts, adoptTable)
-		if err == nil {
-			res.Adopted = adoptTable
-			for _, p := range parts {
-				res.Partitions = append(res.Partitions, p.Name)
-			}
-			return res, nil
-		}
-		op := "rewriting the ownership markers of " + e.table.String()
-		if !isLockTimeout(err) {
-			return res, fmt.Errorf("%s: %w", op, err)
-		}
-		if attempt >= e.cfg.attempts {
-			return res, &LockError{Op: op, Attempts: attempt, Err: err}
-		}
-		if err := e.sleep(ctx, attempt); err != nil {
-			return res, fmt.Errorf("%s: %w", op, err)
-		}
+	// Each attempt reads the table again: what a busy lock interrupted was
+	// rolled back, and the markers may have changed meanwhile.
+	err = e.retryOnLock(ctx, func() error {
+		res = AdoptResult{}
+		return e.adoptOnce(ctx, conn, owner, from, &res)
+	})
+	return res, err
+}
+
+// adoptOnce is one attempt of adopt on the session's connection; a busy lock
+// while rewriting the markers is a *lockBusy, for retryOnLock.
+func (e *Engine) adoptOnce(ctx context.Context, conn *pgx.Conn, owner, from string, res *AdoptResult) error {
+	st, err := e.observe(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("adopting table %s: %w", e.table, err)
 	}
+	if !st.Exists {
+		if err := e.createTable(ctx, conn, owner); err != nil {
+			return e.creationErr("adopting", err)
+		}
+		res.Created = true
+		return nil
+	}
+	switch st.Owner {
+	case owner, from:
+	default:
+		return &OwnershipError{Table: e.table.String(), Owner: st.Owner, AdoptFrom: from}
+	}
+	if err := e.checkLayout(ctx, conn, st); err != nil {
+		return err
+	}
+	parts, err := e.markedPartitions(ctx, conn, st, from)
+	if err != nil {
+		return fmt.Errorf("adopting table %s: %w", e.table, err)
+	}
+	adoptTable := st.Owner == from
+	if !adoptTable && len(parts) == 0 {
+		return nil // already ours: nothing to do
+	}
+	err = e.rewriteMarkers(ctx, conn, st.Marker, owner, from, parts, adoptTable)
+	if err != nil {
+		return statementErr("rewriting the ownership markers of "+e.table.String(), err)
+	}
+	res.Adopted = adoptTable
+	for _, p := range parts {
+		res.Partitions = append(res.Partitions, p.Name)
+	}
+	return nil
 }
 
 // rewriteMarkers gives the partitions' markers (and, with table, the

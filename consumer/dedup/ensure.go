@@ -49,13 +49,19 @@ func (e *Engine) ensureTable(ctx context.Context, owner string) error {
 		return e.checkLayout(ctx, conn, st)
 	}
 	if err := e.createTable(ctx, conn, owner); err != nil {
-		var nc *NameConflictError
-		if errors.As(err, &nc) {
-			return err
-		}
-		return fmt.Errorf("ensuring table %s: %w", e.table, err)
+		return e.creationErr("ensuring", err)
 	}
 	return nil
+}
+
+// creationErr is createTable's error as "<verb> table t: err"; a
+// *NameConflictError, which names the table itself, as it is.
+func (e *Engine) creationErr(verb string, err error) error {
+	var nc *NameConflictError
+	if errors.As(err, &nc) {
+		return err
+	}
+	return fmt.Errorf("%s table %s: %w", verb, e.table, err)
 }
 
 // nameConflicts checks the names that creating the table takes besides its

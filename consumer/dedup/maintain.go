@@ -200,36 +200,29 @@ func (e *Engine) createPartition(ctx context.Context, conn *pgx.Conn, p Partitio
 // every attempt, so each attempt does the one statement that is still due.
 func (e *Engine) detach(ctx context.Context, conn *pgx.Conn, p Partition) error {
 	child := pgx.Identifier{e.table.Schema, p.Name}.Sanitize()
-	for attempt := 1; ; attempt++ {
-		rs, err := e.relState(ctx, conn, p.Name)
-		if err != nil {
-			return err
+	return e.retryOnLock(ctx, func() error {
+		for {
+			rs, err := e.relState(ctx, conn, p.Name)
+			if err != nil {
+				return err
+			}
+			var sql, op string
+			switch rs {
+			case relGone, relStandalone:
+				return e.step(ctx, StepDetached, p.Name)
+			case relAttached:
+				op = "detaching partition " + p.Name
+				sql = fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY`, e.parent(), child)
+			case relDetachPending:
+				op = "finalizing the detach of partition " + p.Name
+				sql = fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s FINALIZE`, e.parent(), child)
+			}
+			if err := e.exec(ctx, conn, sql); err != nil {
+				return statementErr(op, err)
+			}
+			// Done: the next round reads it back as standalone.
 		}
-		var sql, op string
-		switch rs {
-		case relGone, relStandalone:
-			return e.step(ctx, StepDetached, p.Name)
-		case relAttached:
-			op = "detaching partition " + p.Name
-			sql = fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY`, e.parent(), child)
-		case relDetachPending:
-			op = "finalizing the detach of partition " + p.Name
-			sql = fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s FINALIZE`, e.parent(), child)
-		}
-		err = e.exec(ctx, conn, sql)
-		if err == nil {
-			continue // re-read: the next round reports it standalone
-		}
-		if !isLockTimeout(err) {
-			return fmt.Errorf("%s: %w", op, err)
-		}
-		if attempt >= e.cfg.attempts {
-			return &LockError{Op: op, Attempts: attempt, Err: err}
-		}
-		if err := e.sleep(ctx, attempt); err != nil {
-			return fmt.Errorf("%s: %w", op, err)
-		}
-	}
+	})
 }
 
 // dropDetached drops p once it is a standalone table; an attached one is

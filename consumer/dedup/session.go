@@ -118,19 +118,47 @@ func (e *Engine) lockKey() int64 {
 // implicit transaction) and retries it with backoff while it fails on
 // lock_timeout. Other errors are returned at once.
 func (e *Engine) ddl(ctx context.Context, conn *pgx.Conn, op, sql string) error {
-	for attempt := 1; ; attempt++ {
-		err := e.exec(ctx, conn, sql)
-		if err == nil {
-			return nil
+	return e.retryOnLock(ctx, func() error { return statementErr(op, e.exec(ctx, conn, sql)) })
+}
+
+// lockBusy is an attempt's statement that failed on a busy lock (see
+// isLockTimeout): retryOnLock tries again. It never leaves retryOnLock.
+type lockBusy struct {
+	op  string
+	err error
+}
+
+func (b *lockBusy) Error() string { return b.op + ": " + b.err.Error() }
+
+// statementErr is what an attempt of retryOnLock returns for the outcome of
+// its statement op: nil, a *lockBusy to retry, or "op: err".
+func statementErr(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case isLockTimeout(err):
+		return &lockBusy{op: op, err: err}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// retryOnLock runs attempt until it returns anything but a *lockBusy (see
+// statementErr), backing off between attempts (sleep). After e.cfg.attempts
+// busy locks in a row the last is returned as a *LockError. Each attempt
+// starts from scratch (re-reads what it needs), so a retry does what is
+// still due.
+func (e *Engine) retryOnLock(ctx context.Context, attempt func() error) error {
+	for n := 1; ; n++ {
+		err := attempt()
+		busy, ok := err.(*lockBusy)
+		if !ok {
+			return err
 		}
-		if !isLockTimeout(err) {
-			return fmt.Errorf("%s: %w", op, err)
+		if n >= e.cfg.attempts {
+			return &LockError{Op: busy.op, Attempts: n, Err: busy.err}
 		}
-		if attempt >= e.cfg.attempts {
-			return &LockError{Op: op, Attempts: attempt, Err: err}
-		}
-		if err := e.sleep(ctx, attempt); err != nil {
-			return fmt.Errorf("%s: %w", op, err)
+		if err := e.sleep(ctx, n); err != nil {
+			return fmt.Errorf("%s: %w", busy.op, err)
 		}
 	}
 }
