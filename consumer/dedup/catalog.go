@@ -139,43 +139,6 @@ SELECT n.nspname::text, c.relname::text, pg_get_expr(c.relpartbound, c.oid), i.i
 	return st, nil
 }
 
-// orphans lists the standalone tables that are ours: named like one of our
-// partitions and carrying our partition marker with matching bounds.
-func (e *Engine) orphans(ctx context.Context, conn *pgx.Conn, owner string) ([]Partition, error) {
-	prefix := e.table.Name + "_p"
-	rows, err := conn.Query(ctx, `
-SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), '')
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = $1 AND c.relkind = 'r' AND NOT c.relispartition AND left(c.relname, $2) = $3
- ORDER BY c.relname`, e.table.Schema, len(prefix), prefix)
-	if err != nil {
-		return nil, fmt.Errorf("listing standalone partition tables: %w", err)
-	}
-	defer rows.Close()
-	var out []Partition
-	for rows.Next() {
-		var name, comment string
-		if err := rows.Scan(&name, &comment); err != nil {
-			return nil, fmt.Errorf("listing standalone partition tables: %w", err)
-		}
-		from, ok := ParsePartitionName(e.table.Name, e.table.Interval, name)
-		if !ok {
-			continue
-		}
-		p := e.table.Interval.partition(e.table.Name, from)
-		m, ok := parsePartitionMarker(comment)
-		lo, hi := p.Bounds()
-		if !ok || m.PartitionOf != e.table.String() || m.Owner != owner || m.From != lo.String() || m.To != hi.String() {
-			continue // not ours: never touched
-		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("listing standalone partition tables: %w", err)
-	}
-	return out, nil
-}
-
 // relState is where one of our relations stands in the drop protocol.
 type relState int
 
@@ -211,6 +174,20 @@ SELECT true, i.inhrelid IS NOT NULL, coalesce(i.inhdetachpending, false)
 	return relStandalone, nil
 }
 
+// orphans lists the standalone tables that are ours: named like one of our
+// partitions and carrying our partition marker with matching bounds.
+func (e *Engine) orphans(ctx context.Context, conn *pgx.Conn, owner string) ([]Partition, error) {
+	tables, err := e.markedTables(ctx, conn, owner, false, "listing standalone partition tables")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Partition, 0, len(tables))
+	for _, t := range tables {
+		out = append(out, t.Partition)
+	}
+	return out, nil
+}
+
 // markedPartitions lists the relations whose partition marker names from
 // and which belong to this table: its attached partitions of ours (by name
 // and bounds, pending detach included) and standalone tables named like
@@ -226,44 +203,69 @@ func (e *Engine) markedPartitions(ctx context.Context, conn *pgx.Conn, st State,
 	}
 	ctx, cancel := e.bounded(ctx)
 	defer cancel()
+	tables, err := e.markedTables(ctx, conn, from, true, "listing partition markers")
+	if err != nil {
+		return nil, err
+	}
+	var out []Partition
+	for _, t := range tables {
+		if t.isPartition && (!t.ofTable || !own[t.Name]) {
+			continue // someone else's partition, or a foreign one of ours
+		}
+		out = append(out, t.Partition)
+	}
+	return out, nil
+}
+
+// markedTable is a table named like one of our partitions whose partition
+// marker names this table, the owner asked for and the bounds its name
+// implies.
+type markedTable struct {
+	Partition
+	isPartition bool // attached (or pending detach) to some table
+	ofTable     bool // to this table
+}
+
+// markedTables is the one catalog scan for the tables that carry our
+// partition marker: the standalone ones only, or (attached) the attached
+// ones too, in name order. A table whose name or marker does not match is
+// left out: never touched. op prefixes the errors.
+func (e *Engine) markedTables(ctx context.Context, conn *pgx.Conn, owner string, attached bool, op string) ([]markedTable, error) {
 	prefix := e.table.Name + "_p"
 	rows, err := conn.Query(ctx, `
 SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), ''), c.relispartition,
-       EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
+       c.relispartition AND EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
                 WHERE i.inhrelid = c.oid AND p.relnamespace = c.relnamespace AND p.relname = $4)
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = $1 AND c.relkind = 'r' AND left(c.relname, $2) = $3
- ORDER BY c.relname`, e.table.Schema, len(prefix), prefix, e.table.Name)
+ WHERE n.nspname = $1 AND c.relkind = 'r' AND left(c.relname, $2) = $3 AND ($5 OR NOT c.relispartition)
+ ORDER BY c.relname`, e.table.Schema, len(prefix), prefix, e.table.Name, attached)
 	if err != nil {
-		return nil, fmt.Errorf("listing partition markers: %w", err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	defer rows.Close()
-	var out []Partition
+	var out []markedTable
 	for rows.Next() {
 		var (
-			name, comment       string
-			isPartition, ofOurs bool
+			name, comment string
+			t             markedTable
 		)
-		if err := rows.Scan(&name, &comment, &isPartition, &ofOurs); err != nil {
-			return nil, fmt.Errorf("listing partition markers: %w", err)
+		if err := rows.Scan(&name, &comment, &t.isPartition, &t.ofTable); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
 		}
-		if isPartition && (!ofOurs || !own[name]) {
-			continue // someone else's partition, or a foreign one of ours
-		}
-		start, ok := ParsePartitionName(e.table.Name, e.table.Interval, name)
+		from, ok := ParsePartitionName(e.table.Name, e.table.Interval, name)
 		if !ok {
 			continue
 		}
-		p := e.table.Interval.partition(e.table.Name, start)
-		lo, hi := p.Bounds()
+		t.Partition = e.table.Interval.partition(e.table.Name, from)
 		m, ok := parsePartitionMarker(comment)
-		if !ok || m.PartitionOf != e.table.String() || m.Owner != from || m.From != lo.String() || m.To != hi.String() {
+		lo, hi := t.Bounds()
+		if !ok || m.PartitionOf != e.table.String() || m.Owner != owner || m.From != lo.String() || m.To != hi.String() {
 			continue
 		}
-		out = append(out, p)
+		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("listing partition markers: %w", err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return out, nil
 }
