@@ -9,16 +9,18 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Maintain brings the partitions in line with PlanPartitions(now, premake,
-// retention): creates missing partitions (the current and future ones first,
-// adopting a standalone table left by an interrupted run), completes
-// interrupted detaches, drops expired partitions and leftover detached
-// tables, without ever taking a lock that blocks inserts. It stops at the
-// first step that fails and returns what it did so far; a *LockError
-// (IsRetryable) means a lock stayed busy: run it again later.
+// Maintain brings the partitions in line with the table's Policy of premake
+// and retention (Policy.Plan at now): creates missing partitions (the
+// current and future ones first, adopting a standalone table left by an
+// interrupted run), completes interrupted detaches, drops expired partitions
+// and leftover detached tables, without ever taking a lock that blocks
+// inserts. It stops at the first step that fails and returns what it did so
+// far; a *LockError (IsRetryable) means a lock stayed busy: run it again
+// later.
 func (e *Engine) Maintain(ctx context.Context, now time.Time, premake int, retention time.Duration) (Result, error) {
 	var res Result
-	if err := ValidatePolicy(e.table.Interval, premake, retention); err != nil {
+	policy := Policy{Interval: e.table.Interval, Premake: premake, Retention: retention}
+	if err := policy.Validate(); err != nil {
 		return res, fmt.Errorf("maintaining %s: %w", e.table, err)
 	}
 	conn, release, err := e.session(ctx)
@@ -26,7 +28,7 @@ func (e *Engine) Maintain(ctx context.Context, now time.Time, premake int, reten
 		return res, fmt.Errorf("maintaining %s: %w", e.table, err)
 	}
 	defer release()
-	err = e.maintain(ctx, conn, now, premake, retention, &res)
+	err = e.maintain(ctx, conn, now, policy, &res)
 	byFrom := func(a, b Partition) int { return a.From.Compare(b.From) }
 	slices.SortFunc(res.Created, byFrom)
 	slices.SortFunc(res.Dropped, byFrom)
@@ -40,7 +42,7 @@ func (e *Engine) Maintain(ctx context.Context, now time.Time, premake int, reten
 	return res, nil
 }
 
-func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, premake int, retention time.Duration, res *Result) error {
+func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, policy Policy, res *Result) error {
 	st, err := e.observe(ctx, conn)
 	if err != nil {
 		return err
@@ -55,7 +57,7 @@ func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, pr
 		// Adopted by another object since this Engine's EnsureTable.
 		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
 	}
-	plan := PlanPartitions(now, e.table.Interval, premake, retention, e.table.Name, st.Partitions)
+	plan := policy.Plan(now, e.table.Name, st.Partitions)
 	orphans := make(map[string]bool)
 	for _, o := range st.Orphans {
 		orphans[o.Name] = true
@@ -108,7 +110,7 @@ func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, pr
 
 	// Leftovers of an interrupted drop (detached, not dropped) go once
 	// expired; a standalone table still inside the window was adopted above.
-	keepFrom := now.Add(-retention)
+	keepFrom := now.Add(-policy.Retention)
 	for _, o := range st.Orphans {
 		if !orphans[o.Name] || o.To.After(keepFrom) {
 			continue
