@@ -129,7 +129,7 @@ SELECT n.nspname::text, c.relname::text, pg_get_expr(c.relpartbound, c.oid), i.i
 		}
 	}
 	sort.Strings(st.Foreign)
-	st.Window = newCoverage(st.Partitions).window()
+	st.Window = WindowOf(st.Partitions)
 
 	if st.Owner != "" {
 		if st.Orphans, err = e.orphans(ctx, conn, st.Owner); err != nil {
