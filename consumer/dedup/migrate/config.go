@@ -18,8 +18,8 @@ const (
 	DefaultGroupColumn       = "consumer_group"
 	DefaultProcessedAtColumn = "processed_at"
 	DefaultLegacySuffix      = "_legacy"
-	DefaultPremake           = 4
-	DefaultRetention         = 168 * time.Hour
+	DefaultPremake           = dedup.DefaultPremake
+	DefaultRetention         = dedup.DefaultRetention
 	DefaultBatchSize         = 10000
 	// DefaultRenameLockTimeout bounds the wait for the legacy table's lock
 	// when renaming it: a writer still using it makes the rename fail instead
@@ -135,12 +135,8 @@ func (c Config) withDefaults() Config {
 	if c.IDColumn == "" {
 		c.IDColumn = DefaultIDColumn
 	}
-	if c.Premake == 0 {
-		c.Premake = DefaultPremake
-	}
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
-	}
+	pol := c.policy().WithDefaults()
+	c.Premake, c.Retention = pol.Premake, pol.Retention
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
@@ -162,6 +158,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// policy is the partition policy of the new table: its interval, Premake
+// and Retention.
+func (c Config) policy() dedup.Policy {
+	return dedup.Policy{Interval: c.Table.Interval, Premake: c.Premake, Retention: c.Retention}
+}
+
 // sameName reports whether the legacy table has the new table's name, so it
 // must be renamed out of the way.
 func (c Config) sameName() bool {
@@ -177,7 +179,7 @@ func (c Config) validate() error {
 	if err := c.Table.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := dedup.ValidatePolicy(c.Table.Interval, c.Premake, c.Retention); err != nil {
+	if err := c.policy().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Owner != "" {

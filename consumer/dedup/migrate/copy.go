@@ -1,13 +1,11 @@
 package migrate
 
 import (
-	"bytes"
 	"context"
 	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -18,49 +16,10 @@ import (
 	"github.com/idempotency-dev/operator/consumer/dedup"
 )
 
-// keyRange is a uuid range [lo, hi) that accepts inserts.
-type keyRange struct{ lo, hi uuid.UUID }
-
-// ranges merges the attached partitions (not pending detach) into maximal
-// contiguous uuid ranges. A DEFAULT partition is ignored: the project never
-// creates one, and rows outside every bounded partition are reported.
-func ranges(ps []dedup.ObservedPartition) []keyRange {
-	var rs []keyRange
-	for _, p := range ps {
-		if p.DetachPending || p.Default {
-			continue
-		}
-		r := keyRange{lo: p.From, hi: p.To}
-		if p.FromMin {
-			r.lo = uuid.Nil
-		}
-		if p.ToMax {
-			r.hi = uuid.Max
-		}
-		rs = append(rs, r)
-	}
-	slices.SortFunc(rs, func(a, b keyRange) int { return bytes.Compare(a.lo[:], b.lo[:]) })
-	var out []keyRange
+// bounds lists the ranges' lower and upper bounds, for unnest in SQL.
+func bounds(rs []dedup.KeyRange) (los, his []uuid.UUID) {
 	for _, r := range rs {
-		if n := len(out); n > 0 && out[n-1].hi == r.lo {
-			out[n-1].hi = r.hi
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-func window(rs []keyRange) dedup.Window {
-	if len(rs) == 0 {
-		return dedup.Window{}
-	}
-	return dedup.Window{From: dedup.EventTime(rs[0].lo), To: dedup.EventTime(rs[len(rs)-1].hi)}
-}
-
-func bounds(rs []keyRange) (los, his []uuid.UUID) {
-	for _, r := range rs {
-		los, his = append(los, r.lo), append(his, r.hi)
+		los, his = append(los, r.From), append(his, r.To)
 	}
 	return los, his
 }
@@ -84,13 +43,13 @@ SELECT id, grp, at,
 		src.id, src.groupExpr("s", "$5::text"), src.atExpr("s"), v7("s."+src.id), src.id, src.id, src.ident())
 }
 
-func classifyArgs(cfg Config, rs []keyRange) []any {
+func classifyArgs(cfg Config, rs []dedup.KeyRange) []any {
 	los, his := bounds(rs)
-	return []any{rs[0].lo, rs[len(rs)-1].hi, los, his, cfg.Group}
+	return []any{rs[0].From, rs[len(rs)-1].To, los, his, cfg.Group}
 }
 
 // count fills the report's totals and samples.
-func count(ctx context.Context, q querier, cfg Config, src source, rs []keyRange, rep *Report) error {
+func count(ctx context.Context, q querier, cfg Config, src source, rs []dedup.KeyRange, rep *Report) error {
 	rows, err := q.Query(ctx, `SELECT coalesce(reason, ''), count(*) FROM (`+classify(src)+`) c GROUP BY 1`, classifyArgs(cfg, rs)...)
 	if err != nil {
 		return fmt.Errorf("counting the rows of %s: %w", src, err)
@@ -140,7 +99,7 @@ func queryStrings(ctx context.Context, q querier, sql string, args ...any) ([]st
 // copyRange copies the eligible rows of one range in batches, each its own
 // transaction: INSERT ... SELECT ... ON CONFLICT DO NOTHING, so rows present
 // already (an earlier run, the sync trigger, the consumers) are left alone.
-func copyRange(ctx context.Context, q querier, cfg Config, src source, r keyRange, rep *Report) error {
+func copyRange(ctx context.Context, q querier, cfg Config, src source, r dedup.KeyRange, rep *Report) error {
 	target := pgx.Identifier{cfg.Table.Schema, cfg.Table.Name}.Sanitize()
 	next := func(op string) string {
 		// The last id of the next batch (uuid has no max aggregate).
@@ -156,10 +115,10 @@ WITH ins AS (
   ON CONFLICT DO NOTHING RETURNING 1)
 SELECT count(*) FROM ins`, target, src.id, src.groupExpr("s", "$3::text"), src.atExpr("s"), src.ident(), op, v7("s."+src.id))
 	}
-	from, op := r.lo, ">="
+	from, op := r.From, ">="
 	for {
 		var last pgtype.UUID
-		err := q.QueryRow(ctx, next(op), from, r.hi, cfg.BatchSize).Scan(&last)
+		err := q.QueryRow(ctx, next(op), from, r.To, cfg.BatchSize).Scan(&last)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -178,7 +137,7 @@ SELECT count(*) FROM ins`, target, src.id, src.groupExpr("s", "$3::text"), src.a
 
 // verify counts the eligible legacy rows that have no dedup row, and fails
 // when there are any.
-func verify(ctx context.Context, q querier, cfg Config, src source, rs []keyRange, rep *Report) error {
+func verify(ctx context.Context, q querier, cfg Config, src source, rs []dedup.KeyRange, rep *Report) error {
 	if err := countMissing(ctx, q, cfg, src, rs, rep); err != nil {
 		return err
 	}
@@ -190,7 +149,7 @@ func verify(ctx context.Context, q querier, cfg Config, src source, rs []keyRang
 
 // countMissing sets the report's Missing (and Counted): the eligible legacy
 // rows without a dedup row.
-func countMissing(ctx context.Context, q querier, cfg Config, src source, rs []keyRange, rep *Report) error {
+func countMissing(ctx context.Context, q querier, cfg Config, src source, rs []dedup.KeyRange, rep *Report) error {
 	match := "t.event_id = c.id"
 	if cfg.Table.Scope == dedup.ScopeConsumerGroup {
 		match += " AND t.consumer_group = c.grp"
@@ -233,7 +192,7 @@ func checkDrops(ctx context.Context, q querier, cfg Config, drop []dedup.Partiti
 }
 
 // writeSkipped writes the rows not copied as CSV.
-func writeSkipped(ctx context.Context, q querier, cfg Config, src source, rs []keyRange, w io.Writer) error {
+func writeSkipped(ctx context.Context, q querier, cfg Config, src source, rs []dedup.KeyRange, w io.Writer) error {
 	rows, err := q.Query(ctx, `SELECT coalesce(id::text, ''), grp, at, reason FROM (`+classify(src)+`) c WHERE reason IS NOT NULL ORDER BY reason, id`,
 		classifyArgs(cfg, rs)...)
 	if err != nil {

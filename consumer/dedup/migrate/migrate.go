@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -13,103 +14,144 @@ import (
 // Run migrates the legacy table into the partitioned table; see the package
 // documentation. It is safe to run again: done steps are skipped and rows
 // already copied are left alone.
+//
+// The phases, in order: find the legacy table and its columns; check the
+// new table's owner and the partitions the retention would drop, before
+// changing anything; rename the legacy table out of the way; create the
+// partitioned table and its partitions; install (or look for) the sync
+// trigger; count, copy and verify the rows.
 func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
 	eng, err := dedup.NewEngine(pool, cfg.Table)
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{DryRun: cfg.DryRun, Target: cfg.Table.String(), Skipped: map[string]int64{}, Samples: map[string][]string{}}
-
-	src, rename, err := locate(ctx, pool, cfg)
-	if err != nil {
-		return nil, err
+	r := &run{pool: pool, cfg: cfg, eng: eng, now: cfg.Now(),
+		rep: &Report{DryRun: cfg.DryRun, Target: cfg.Table.String(), Skipped: map[string]int64{}, Samples: map[string][]string{}}}
+	phases := []func(context.Context) error{r.findSource, r.checkTarget, r.renameSource, r.prepareTarget, r.syncTrigger, r.countRows}
+	for _, phase := range phases {
+		if err := phase(ctx); err != nil {
+			return nil, err
+		}
 	}
-	hasIndex, err := columns(ctx, pool, cfg, &src)
+	return r.rep, r.copyRows(ctx)
+}
+
+// run is one Run's state, handed from phase to phase.
+type run struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	eng  *dedup.Engine
+	now  time.Time
+	rep  *Report
+
+	src    source           // the legacy table (after the rename)
+	rename bool             // the legacy table has the new table's name: rename it
+	st     dedup.State      // the new table before the run (zero when it is to be created)
+	owner  string           // the owner for the new table's marker
+	rs     []dedup.KeyRange // the id ranges the partitions accept, to copy
+}
+
+// findSource finds the legacy table and resolves its columns.
+func (r *run) findSource(ctx context.Context) error {
+	var err error
+	if r.src, r.rename, err = locate(ctx, r.pool, r.cfg); err != nil {
+		return err
+	}
+	hasIndex, err := columns(ctx, r.pool, r.cfg, &r.src)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !hasIndex {
-		log.Warn("the legacy id column leads no index: every batch scans the whole table", "table", src.String())
+		r.cfg.Logger.Warn("the legacy id column leads no index: every batch scans the whole table", "table", r.src.String())
 	}
+	return nil
+}
 
-	// Check the owner before changing anything.
-	var st dedup.State
-	if !rename { // else the legacy table still has the name: the table is to be created
-		if st, err = eng.Observe(ctx); err != nil {
-			return nil, err
+// checkTarget checks the new table's owner before anything changes. An
+// existing table is used as it is: partitions the retention would drop are
+// dropped only when they are empty or the drop is confirmed.
+func (r *run) checkTarget(ctx context.Context) error {
+	cfg := r.cfg
+	if !r.rename { // else the legacy table still has the name: the table is to be created
+		var err error
+		if r.st, err = r.eng.Observe(ctx); err != nil {
+			return err
 		}
 	}
-	owner := cfg.Owner
-	if owner == "" {
-		owner = st.Owner
+	r.owner = cfg.Owner
+	if r.owner == "" {
+		r.owner = r.st.Owner
 	}
 	switch {
-	case st.Exists && (st.Owner == "" || cfg.Owner != "" && st.Owner != cfg.Owner):
-		return nil, &dedup.OwnershipError{Table: cfg.Table.String(), Owner: st.Owner}
-	case !st.Exists && owner == "":
-		return nil, fmt.Errorf("creating %s needs the owner: the IdempotentConsumer's metadata.uid (kubectl get ic NAME -o jsonpath='{.metadata.uid}')", cfg.Table)
+	case r.st.Exists && (r.st.Owner == "" || cfg.Owner != "" && r.st.Owner != cfg.Owner):
+		return &dedup.OwnershipError{Table: cfg.Table.String(), Owner: r.st.Owner}
+	case !r.st.Exists && r.owner == "":
+		return fmt.Errorf("creating %s needs the owner: the IdempotentConsumer's metadata.uid (kubectl get ic NAME -o jsonpath='{.metadata.uid}')", cfg.Table)
 	}
-	// An existing table is used as it is: partitions the retention would
-	// drop are dropped only when they are empty or the drop is confirmed.
-	now := cfg.Now()
-	if st.Exists {
-		drop := dedup.PlanPartitions(now, cfg.Table.Interval, cfg.Premake, cfg.Retention, cfg.Table.Name, st.Partitions).Drop
-		for _, p := range drop {
-			rep.PartitionsDropped = append(rep.PartitionsDropped, p.Name)
-		}
-		if err := checkDrops(ctx, pool, cfg, drop); err != nil {
-			return nil, err
-		}
+	if !r.st.Exists {
+		return nil
 	}
+	drop := cfg.policy().Plan(r.now, cfg.Table.Name, r.st.Partitions).Drop
+	for _, p := range drop {
+		r.rep.PartitionsDropped = append(r.rep.PartitionsDropped, p.Name)
+	}
+	return checkDrops(ctx, r.pool, cfg, drop)
+}
 
-	// Rename the legacy table (and its indexes) out of the new table's way.
-	if rename {
-		rep.Renamed = true
-		newIdx, err := renamedIndexes(ctx, pool, src, cfg.RenameTo)
-		if err != nil {
-			return nil, err
-		}
-		for _, ix := range newIdx {
-			rep.RenamedIndexes = append(rep.RenamedIndexes, ix.from+" -> "+ix.to)
-		}
-		if !cfg.DryRun {
-			if err := renameLegacy(ctx, pool, cfg, src, newIdx); err != nil {
-				return nil, err
-			}
-			log.Info("renamed the legacy table", "from", src.String(), "to", cfg.LegacySchema+"."+cfg.RenameTo)
-			src.name = cfg.RenameTo
-		}
-		rep.Source = cfg.LegacySchema + "." + cfg.RenameTo
-	} else {
-		rep.Source = src.String()
+// renameSource renames the legacy table (and its indexes) out of the new
+// table's way, when it has the new table's name.
+func (r *run) renameSource(ctx context.Context) error {
+	cfg := r.cfg
+	if !r.rename {
+		r.rep.Source = r.src.String()
+		return nil
 	}
+	r.rep.Renamed = true
+	newIdx, err := renamedIndexes(ctx, r.pool, r.src, cfg.RenameTo)
+	if err != nil {
+		return err
+	}
+	for _, ix := range newIdx {
+		r.rep.RenamedIndexes = append(r.rep.RenamedIndexes, ix.from+" -> "+ix.to)
+	}
+	if !cfg.DryRun {
+		if err := renameLegacy(ctx, r.pool, cfg, r.src, newIdx); err != nil {
+			return err
+		}
+		cfg.Logger.Info("renamed the legacy table", "from", r.src.String(), "to", cfg.LegacySchema+"."+cfg.RenameTo)
+		r.src.name = cfg.RenameTo
+	}
+	r.rep.Source = cfg.LegacySchema + "." + cfg.RenameTo
+	return nil
+}
 
-	// Create the partitioned table and its partitions.
-	rep.Created = !st.Exists
-	var rs []keyRange
+// prepareTarget creates the partitioned table and its partitions (a dry run
+// plans them) and sets the ranges to copy and the report's window.
+func (r *run) prepareTarget(ctx context.Context) error {
+	cfg, rep := r.cfg, r.rep
+	rep.Created = !r.st.Exists
+	var parts []dedup.ObservedPartition
 	if cfg.DryRun {
-		plan := dedup.PlanPartitions(now, cfg.Table.Interval, cfg.Premake, cfg.Retention, cfg.Table.Name, st.Partitions)
-		after := slices.DeleteFunc(slices.Clone(st.Partitions), func(p dedup.ObservedPartition) bool {
+		plan := cfg.policy().Plan(r.now, cfg.Table.Name, r.st.Partitions)
+		parts = slices.DeleteFunc(slices.Clone(r.st.Partitions), func(p dedup.ObservedPartition) bool {
 			return slices.ContainsFunc(plan.Drop, func(d dedup.Partition) bool { return d.Name == p.Name })
 		})
 		for _, p := range plan.Create {
 			lo, hi := p.Bounds()
-			after = append(after, dedup.ObservedPartition{Name: p.Name, From: lo, To: hi})
+			parts = append(parts, dedup.ObservedPartition{Name: p.Name, From: lo, To: hi})
 			rep.PartitionsCreated = append(rep.PartitionsCreated, p.Name)
 		}
-		rs = ranges(after)
 	} else {
-		if err := eng.EnsureTable(ctx, owner); err != nil {
-			return nil, err
+		if err := r.eng.EnsureTable(ctx, r.owner); err != nil {
+			return err
 		}
-		res, err := eng.Maintain(ctx, now, cfg.Premake, cfg.Retention)
+		res, err := r.eng.Maintain(ctx, r.now, cfg.Premake, cfg.Retention)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, p := range res.Created {
 			rep.PartitionsCreated = append(rep.PartitionsCreated, p.Name)
@@ -118,65 +160,83 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 		for _, p := range res.Dropped {
 			rep.PartitionsDropped = append(rep.PartitionsDropped, p.Name)
 		}
-		if st, err = eng.Observe(ctx); err != nil {
-			return nil, err
+		if r.st, err = r.eng.Observe(ctx); err != nil {
+			return err
 		}
-		rs = ranges(st.Partitions)
-		log.Info("partitioned table ready", "table", rep.Target, "created", rep.Created, "partitionsCreated", len(res.Created))
+		parts = r.st.Partitions
+		cfg.Logger.Info("partitioned table ready", "table", rep.Target, "created", rep.Created, "partitionsCreated", len(res.Created))
 	}
-	if len(rs) == 0 {
-		return nil, fmt.Errorf("%s has no partitions to copy into", cfg.Table)
+	if r.rs = dedup.Ranges(parts); len(r.rs) == 0 {
+		return fmt.Errorf("%s has no partitions to copy into", cfg.Table)
 	}
-	rep.Window = window(rs)
+	rep.Window = dedup.WindowOf(parts)
+	return nil
+}
 
+// syncTrigger installs the sync trigger when asked to, and otherwise reports
+// one an earlier run left.
+func (r *run) syncTrigger(ctx context.Context) error {
+	cfg, src := r.cfg, r.src
 	if cfg.SyncTrigger {
-		rep.SyncTrigger = SyncTriggerName
-		if !cfg.DryRun {
-			if err := installSyncTrigger(ctx, pool, cfg, src); err != nil {
-				return nil, err
-			}
-			log.Info("sync trigger installed", "trigger", SyncTriggerName, "table", src.String())
+		r.rep.SyncTrigger = SyncTriggerName
+		if cfg.DryRun {
+			return nil
 		}
-	} else {
-		var left bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1 AND tgname = $2)`,
-			src.rel.oid, SyncTriggerName).Scan(&left); err != nil {
-			return nil, fmt.Errorf("looking for a sync trigger on %s: %w", src, err)
+		if err := installSyncTrigger(ctx, r.pool, cfg, src); err != nil {
+			return err
 		}
-		if left {
-			rep.LeftoverSyncTrigger = SyncTriggerName
-			log.Warn("the sync trigger of an earlier run is still installed; remove it with --remove-sync-trigger once nothing writes the legacy table",
-				"trigger", SyncTriggerName, "table", src.String())
-		}
+		cfg.Logger.Info("sync trigger installed", "trigger", SyncTriggerName, "table", src.String())
+		return nil
 	}
+	left, err := hasSyncTrigger(ctx, r.pool, src)
+	if err != nil {
+		return err
+	}
+	if left {
+		r.rep.LeftoverSyncTrigger = SyncTriggerName
+		cfg.Logger.Warn("the sync trigger of an earlier run is still installed; remove it with --remove-sync-trigger once nothing writes the legacy table",
+			"trigger", SyncTriggerName, "table", src.String())
+	}
+	return nil
+}
 
-	if err := count(ctx, pool, cfg, src, rs, rep); err != nil {
-		return nil, err
-	}
+// countRows fills the report's totals and samples of the legacy rows.
+func (r *run) countRows(ctx context.Context) error {
+	return count(ctx, r.pool, r.cfg, r.src, r.rs, r.rep)
+}
+
+// copyRows copies the eligible rows range by range and verifies the copy,
+// then writes the skipped rows (a dry run does neither). An interrupted copy
+// still reports what the new table holds; from here on the report is
+// returned with the error.
+func (r *run) copyRows(ctx context.Context) error {
+	cfg, src, rs, rep := r.cfg, r.src, r.rs, r.rep
 	if !cfg.DryRun {
-		for _, r := range rs {
-			if err := copyRange(ctx, pool, cfg, src, r, rep); err != nil {
-				// Say what the table holds now, not what a finished copy
-				// would have: count on a context of its own, as ctx may be
-				// the one that was cancelled.
-				rep.Interrupted = true
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptedCountTimeout)
-				defer cancel()
-				if cerr := countMissing(cctx, pool, cfg, src, rs, rep); cerr != nil {
-					log.Warn("counting the rows copied before the interruption", "error", cerr)
-				}
-				return rep, err
+		for _, kr := range rs {
+			if err := copyRange(ctx, r.pool, cfg, src, kr, rep); err != nil {
+				r.countInterrupted(ctx)
+				return err
 			}
 		}
-		if err := verify(ctx, pool, cfg, src, rs, rep); err != nil {
-			return rep, err
+		if err := verify(ctx, r.pool, cfg, src, rs, rep); err != nil {
+			return err
 		}
-		log.Info("copy done", "eligible", rep.Eligible, "copied", rep.Copied, "skipped", rep.SkippedTotal(), "missing", rep.Missing)
+		cfg.Logger.Info("copy done", "eligible", rep.Eligible, "copied", rep.Copied, "skipped", rep.SkippedTotal(), "missing", rep.Missing)
 	}
 	if cfg.Skipped != nil && !cfg.DryRun {
-		if err := writeSkipped(ctx, pool, cfg, src, rs, cfg.Skipped); err != nil {
-			return rep, err
-		}
+		return writeSkipped(ctx, r.pool, cfg, src, rs, cfg.Skipped)
 	}
-	return rep, nil
+	return nil
+}
+
+// countInterrupted marks the report interrupted and says what the table
+// holds now, not what a finished copy would have: it counts on a context of
+// its own, as ctx may be the one that was cancelled.
+func (r *run) countInterrupted(ctx context.Context) {
+	r.rep.Interrupted = true
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptedCountTimeout)
+	defer cancel()
+	if err := countMissing(cctx, r.pool, r.cfg, r.src, r.rs, r.rep); err != nil {
+		r.cfg.Logger.Warn("counting the rows copied before the interruption", "error", err)
+	}
 }

@@ -62,6 +62,17 @@ END`)
 	})
 }
 
+// hasSyncTrigger reports whether the legacy table carries the sync trigger
+// (installed by an earlier run).
+func hasSyncTrigger(ctx context.Context, q querier, src source) (bool, error) {
+	var left bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1 AND tgname = $2)`,
+		src.rel.oid, SyncTriggerName).Scan(&left); err != nil {
+		return false, fmt.Errorf("looking for a sync trigger on %s: %w", src, err)
+	}
+	return left, nil
+}
+
 // RemoveSyncTrigger drops the trigger and function Config.SyncTrigger
 // installed; it does nothing when they are gone already.
 func RemoveSyncTrigger(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
