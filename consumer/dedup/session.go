@@ -150,8 +150,8 @@ func statementErr(op string, err error) error {
 func (e *Engine) retryOnLock(ctx context.Context, attempt func() error) error {
 	for n := 1; ; n++ {
 		err := attempt()
-		busy, ok := err.(*lockBusy)
-		if !ok {
+		var busy *lockBusy
+		if !errors.As(err, &busy) {
 			return err
 		}
 		if n >= e.cfg.attempts {
