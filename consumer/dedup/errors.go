@@ -149,9 +149,3 @@ type OutsideWindowError struct {
 func (e *OutsideWindowError) Error() string {
 	return fmt.Sprintf("event id %s (time %s) is outside the dedup window %s", e.ID, EventTime(e.ID).Format(time.RFC3339Nano), e.Window)
 }
-
-// IsLockTimeout reports whether err is PostgreSQL giving up on a lock: the
-// statement's lock_timeout expired (55P03) or it was chosen as a deadlock
-// victim (40P01). Either leaves the transaction aborted, and retrying it
-// later can succeed.
-func IsLockTimeout(err error) bool { return isLockTimeout(err) }

@@ -93,6 +93,19 @@ func pct(sorted []time.Duration, p float64) time.Duration {
 	return sorted[int(float64(len(sorted)-1)*p)]
 }
 
+// wallClock reports whether the test asserts its wall-clock bounds: not
+// under -short, which is for machines too loaded for timing (the figures are
+// logged either way). What does not depend on the clock (no failed insert,
+// no insert queued on a lock, the retryable error) is asserted always.
+func wallClock(t *testing.T) bool {
+	t.Helper()
+	if testing.Short() {
+		t.Log("a wall-clock bound was exceeded; not asserted under -short")
+		return false
+	}
+	return true
+}
+
 // lockWaitSampler counts, every few milliseconds, backends running our
 // INSERT that wait on a relation lock: a writer queued behind maintenance
 // DDL would show up here.
@@ -237,7 +250,7 @@ func TestMaintenanceBacksOffBehindLongTransaction(t *testing.T) {
 	}
 	t.Logf("gave up after %s: %v", took, err)
 	// 3 attempts of at most lockTimeout each plus two pauses of at most 200ms.
-	if bound := 3*lockTimeout + 2*200*time.Millisecond + 2*time.Second; took > bound {
+	if bound := 3*lockTimeout + 2*200*time.Millisecond + 2*time.Second; took > bound && wallClock(t) {
 		t.Fatalf("Maintain took %s to give up, more than %s", took, bound)
 	}
 	if len(res.Created) != 0 {
@@ -252,7 +265,7 @@ func TestMaintenanceBacksOffBehindLongTransaction(t *testing.T) {
 		t.Fatalf("%d inserts failed, first: %v", len(errs), errs[0])
 	}
 	t.Logf("writers: %d batches, max insert latency %s", len(lat), pct(lat, 1))
-	if max := pct(lat, 1); max > lockTimeout+500*time.Millisecond {
+	if max := pct(lat, 1); max > lockTimeout+500*time.Millisecond && wallClock(t) {
 		t.Fatalf("an insert took %s while maintenance was retrying", max)
 	}
 	res, err = e.Maintain(ctx, base.Add(time.Hour), 2, 6*time.Hour)

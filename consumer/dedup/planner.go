@@ -164,26 +164,9 @@ func PlanPartitions(now time.Time, iv Interval, premake int, retention time.Dura
 }
 
 // ValidatePolicy checks a premake count and retention against the interval:
-// both non-negative, retention positive, and the span they imply within
-// MaxPartitions.
+// Policy{Interval: iv, Premake: premake, Retention: retention}.Validate().
 func ValidatePolicy(iv Interval, premake int, retention time.Duration) error {
-	if !iv.Valid() {
-		return fmt.Errorf("invalid partition policy: interval %q is not Hourly, Daily, Weekly or Monthly", iv)
-	}
-	if premake < 0 {
-		return fmt.Errorf("invalid partition policy: premake %d is negative", premake)
-	}
-	if retention <= 0 {
-		return fmt.Errorf("invalid partition policy: retention %s must be positive", retention)
-	}
-	// Retention is a duration and the interval a calendar span; count with
-	// the shortest span (a 28-day month) to bound the number from above.
-	slots := int64(retention/iv.minSpan()) + 2 + int64(premake)
-	if slots > MaxPartitions {
-		return fmt.Errorf("invalid partition policy: retention %s and premake %d need about %d %s partitions, more than %d; use a longer interval",
-			retention, premake, slots, strings.ToLower(string(iv)), MaxPartitions)
-	}
-	return nil
+	return Policy{Interval: iv, Premake: premake, Retention: retention}.Validate()
 }
 
 // PartitionName returns the name of table's partition starting at from:

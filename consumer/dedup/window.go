@@ -87,3 +87,34 @@ func lessUUID(a, b uuid.UUID) bool {
 	}
 	return false
 }
+
+// KeyRange is a range of event ids [From, To) that accepts inserts. To is
+// uuid.Max for a partition unbounded above (MAXVALUE), which leaves out
+// uuid.Max itself, an id no producer stamps.
+type KeyRange struct {
+	From, To uuid.UUID
+}
+
+// Ranges merges the partitions that accept inserts (attached, not pending
+// detach, not DEFAULT) into maximal contiguous id ranges, in order. A range
+// starting at MINVALUE starts at the nil uuid.
+func Ranges(parts []ObservedPartition) []KeyRange {
+	var out []KeyRange
+	for _, r := range newCoverage(parts).ranges {
+		to := r.hi
+		if r.hiMax {
+			to = uuid.Max
+		}
+		if n := len(out); n > 0 && out[n-1].To == r.lo {
+			out[n-1].To = to
+			continue
+		}
+		out = append(out, KeyRange{From: r.lo, To: to})
+	}
+	return out
+}
+
+// WindowOf is the dedup window the partitions cover (as State.Window): from
+// the oldest lower bound to the newest upper bound of those that accept
+// inserts.
+func WindowOf(parts []ObservedPartition) Window { return newCoverage(parts).window() }

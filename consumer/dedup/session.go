@@ -1,0 +1,191 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// clientGrace is how much longer than statement_timeout the client waits
+// for an answer before it gives up on the connection: the server normally
+// cancels the statement first and the connection stays usable; the client
+// deadline is the backstop for a server or network that does not answer.
+const clientGrace = 5 * time.Second
+
+// conn takes a pool connection with the engine's lock_timeout and
+// statement_timeout set. release(maybeLocked) resets them and returns the
+// connection, or closes it when its state is unknown: after an error, in a
+// transaction, or when it may hold the table's advisory lock that could not
+// be released. Closing ends the backend, and so frees whatever it held.
+func (e *Engine) conn(ctx context.Context) (*pgx.Conn, func(maybeLocked bool), error) {
+	actx, cancel := e.bounded(ctx)
+	pc, err := e.pool.Acquire(actx)
+	cancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("acquiring connection: %w", err)
+	}
+	conn := pc.Conn()
+	release := func(maybeLocked bool) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clientGrace)
+		defer cancel()
+		var err error
+		if maybeLocked {
+			_, err = conn.Exec(cctx, `SELECT pg_advisory_unlock($1)`, e.lockKey())
+		}
+		if err == nil {
+			err = conn.PgConn().Exec(cctx, "RESET lock_timeout; RESET statement_timeout").Close()
+		}
+		if err != nil || conn.PgConn().TxStatus() != 'I' {
+			_ = pc.Hijack().Close(cctx)
+			return
+		}
+		pc.Release()
+	}
+	settings := fmt.Sprintf("SET lock_timeout = %d; SET statement_timeout = %d", e.cfg.lockTimeout.Milliseconds(), e.cfg.statementTimeout.Milliseconds())
+	if err := e.exec(ctx, conn, settings); err != nil {
+		release(false)
+		return nil, nil, fmt.Errorf("setting lock_timeout and statement_timeout: %w", err)
+	}
+	return conn, release, nil
+}
+
+// session takes a connection (see conn) for the whole run and the table's
+// session-level advisory lock on it. DETACH CONCURRENTLY must run outside a
+// transaction block, so the lock cannot be a transaction lock. release gives
+// the lock and the settings back, or discards the connection.
+func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
+	conn, put, err := e.conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Try-lock in a loop rather than pg_advisory_lock, which would be cut
+	// short by the lock_timeout; waiting for another maintainer is expected
+	// and bounded separately (WithAdvisoryLockWait).
+	deadline := time.Now().Add(e.cfg.advisoryLockWait)
+	for attempt := 1; ; attempt++ {
+		locked := false
+		qctx, cancel := e.bounded(ctx)
+		err := conn.QueryRow(qctx, `SELECT pg_try_advisory_lock($1)`, e.lockKey()).Scan(&locked)
+		cancel()
+		if err != nil {
+			// The answer may be lost after the server took the lock.
+			put(true)
+			return nil, nil, fmt.Errorf("taking the table's advisory lock: %w", err)
+		}
+		if locked {
+			return conn, func() { put(true) }, nil
+		}
+		if !time.Now().Before(deadline) {
+			put(false)
+			return nil, nil, &LockError{Op: "waiting for another maintainer of " + e.table.String(), Attempts: attempt, Err: errors.New("advisory lock held")}
+		}
+		select {
+		case <-ctx.Done():
+			put(false)
+			return nil, nil, fmt.Errorf("waiting for the table's advisory lock: %w", ctx.Err())
+		case <-time.After(min(50*time.Millisecond, time.Until(deadline)+time.Millisecond)):
+		}
+	}
+}
+
+// bounded limits ctx to one statement: statement_timeout plus a grace for
+// the server's answer. Every database call of the engine runs under it.
+func (e *Engine) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, e.cfg.statementTimeout+clientGrace)
+}
+
+// exec runs sql (simple protocol) under a statement deadline.
+func (e *Engine) exec(ctx context.Context, conn *pgx.Conn, sql string) error {
+	ctx, cancel := e.bounded(ctx)
+	defer cancel()
+	return conn.PgConn().Exec(ctx, sql).Close()
+}
+
+// lockKey is the advisory lock key of the table: a hash of its qualified
+// name, the same in every process.
+func (e *Engine) lockKey() int64 {
+	h := fnv.New64a()
+	h.Write([]byte("idempotency.dev/dedup\x00" + e.table.Schema + "\x00" + e.table.Name))
+	return int64(h.Sum64())
+}
+
+// ddl runs one DDL string (simple protocol, so several statements form one
+// implicit transaction) and retries it with backoff while it fails on
+// lock_timeout. Other errors are returned at once.
+func (e *Engine) ddl(ctx context.Context, conn *pgx.Conn, op, sql string) error {
+	return e.retryOnLock(ctx, func() error { return statementErr(op, e.exec(ctx, conn, sql)) })
+}
+
+// lockBusy is an attempt's statement that failed on a busy lock (see
+// isLockTimeout): retryOnLock tries again. It never leaves retryOnLock.
+type lockBusy struct {
+	op  string
+	err error
+}
+
+func (b *lockBusy) Error() string { return b.op + ": " + b.err.Error() }
+
+// statementErr is what an attempt of retryOnLock returns for the outcome of
+// its statement op: nil, a *lockBusy to retry, or "op: err".
+func statementErr(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case isLockTimeout(err):
+		return &lockBusy{op: op, err: err}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// retryOnLock runs attempt until it returns anything but a *lockBusy (see
+// statementErr), backing off between attempts (sleep). After e.cfg.attempts
+// busy locks in a row the last is returned as a *LockError. Each attempt
+// starts from scratch (re-reads what it needs), so a retry does what is
+// still due.
+func (e *Engine) retryOnLock(ctx context.Context, attempt func() error) error {
+	for n := 1; ; n++ {
+		err := attempt()
+		var busy *lockBusy
+		if !errors.As(err, &busy) {
+			return err
+		}
+		if n >= e.cfg.attempts {
+			return &LockError{Op: busy.op, Attempts: n, Err: busy.err}
+		}
+		if err := e.sleep(ctx, n); err != nil {
+			return fmt.Errorf("%s: %w", busy.op, err)
+		}
+	}
+}
+
+// sleep waits before attempt+1: exponential backoff with jitter, so two
+// maintainers of different tables behind the same lock do not retry in step.
+func (e *Engine) sleep(ctx context.Context, attempt int) error {
+	d := e.cfg.backoff << min(attempt-1, 20)
+	if d > e.cfg.maxBackoff || d <= 0 {
+		d = e.cfg.maxBackoff
+	}
+	if d > 0 {
+		d = d/2 + rand.N(d/2+1)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// lockErr wraps err as "op: err", as a retryable *LockError if it is a lock
+// timeout.
+func lockErr(op string, err error) error {
+	if isLockTimeout(err) {
+		return &LockError{Op: op, Attempts: 1, Err: err}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
