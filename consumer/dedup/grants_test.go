@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -434,6 +435,68 @@ func TestGrantConsumerErrors(t *testing.T) {
 	}
 	if _, err := eng.GrantConsumer(ctx, r.consumer.Name, "g1"); err != nil {
 		t.Fatalf("after the schema's owner granted USAGE: %v", err)
+	}
+}
+
+// TestConsumerRoleClaimFunction: with EXECUTE taken from PUBLIC, the
+// consumer's role may call the table's claim function only after the grant,
+// and then only for its own group (the function runs with the caller's
+// rights, so the group policy holds inside it too). Until the claim
+// functions are installed with the table, the test installs a stand-in with
+// the same name and signature.
+func TestConsumerRoleClaimFunction(t *testing.T) {
+	ctx := testCtx(t)
+	r := newRoles(t, ScopeConsumerGroup)
+	var installed bool
+	if err := r.ownerDB.QueryRow(ctx, `SELECT to_regprocedure('app.processed_event_claim(uuid[], text)') IS NOT NULL`).Scan(&installed); err != nil {
+		t.Fatal(err)
+	}
+	if !installed {
+		if _, err := r.ownerDB.Exec(ctx, `
+CREATE FUNCTION app.processed_event_claim(ids uuid[], consumer_group text DEFAULT NULL)
+RETURNS TABLE (event_id uuid, verdict text) LANGUAGE sql VOLATILE SECURITY INVOKER AS $$
+  WITH ins AS (INSERT INTO app.processed_event (event_id, consumer_group)
+               SELECT DISTINCT i, $2 FROM unnest($1) i ON CONFLICT DO NOTHING RETURNING processed_event.event_id)
+  SELECT i, CASE WHEN i IN (SELECT ins.event_id FROM ins) THEN 'new' ELSE 'duplicate' END FROM unnest($1) i
+$$;
+CREATE FUNCTION app.processed_event_claim_one(id uuid, consumer_group text DEFAULT NULL)
+RETURNS text LANGUAGE sql VOLATILE SECURITY INVOKER AS $$ SELECT c.verdict FROM app.processed_event_claim(ARRAY[$1], $2) c $$`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.ownerDB.Exec(ctx, `REVOKE EXECUTE ON FUNCTION app.processed_event_claim(uuid[], text), app.processed_event_claim_one(uuid, text) FROM PUBLIC`); err != nil {
+		t.Fatal(err)
+	}
+	id := idAt(r.now)
+	claim := `SELECT verdict FROM app.processed_event_claim(ARRAY[$1::uuid], $2)`
+	if code, msg, _ := sqlstate(t, r.consDB, claim, id, "g1"); code != "42501" {
+		t.Fatalf("claim before the grant: %q %s, want 42501", code, msg)
+	}
+	res := r.grant(t, "g1")
+	granted := 0
+	for _, s := range res.Statements {
+		if strings.HasPrefix(s, "GRANT EXECUTE ON FUNCTION") {
+			granted++
+		}
+	}
+	if granted != 2 {
+		t.Errorf("EXECUTE granted on %d claim functions, want 2: %v", granted, res.Statements)
+	}
+	var verdicts []string
+	for range 2 {
+		var v string
+		if err := pgx.BeginFunc(ctx, r.consDB, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT app.processed_event_claim_one($1, 'g1')`, id).Scan(&v)
+		}); err != nil {
+			t.Fatalf("claim as the consumer: %v", err)
+		}
+		verdicts = append(verdicts, v)
+	}
+	if !slices.Equal(verdicts, []string{"new", "duplicate"}) {
+		t.Errorf("verdicts %v, want [new duplicate]", verdicts)
+	}
+	if code, msg, _ := sqlstate(t, r.consDB, claim, idAt(r.now), "g2"); code != "42501" {
+		t.Errorf("claim for another group: %q %s, want 42501", code, msg)
 	}
 }
 
