@@ -217,13 +217,23 @@ SELECT EXISTS (SELECT 1 FROM r),
 	if err != nil {
 		return err
 	}
+	var policies []string
 	if e.table.Scope == ScopeConsumerGroup {
-		if err := e.ensurePolicy(ctx, conn, e.table.Name, parentRLS, role, group, lit, run); err != nil {
+		if policies, err = e.policySQL(ctx, conn, e.table.Name, parentRLS, role, group, lit); err != nil {
 			return err
 		}
 	}
-	if err := e.ensurePolicy(ctx, conn, e.positionsName(), positionRLS, role, group, lit, run); err != nil {
+	more, err := e.policySQL(ctx, conn, e.positionsName(), positionRLS, role, group, lit)
+	if err != nil {
 		return err
+	}
+	if policies = append(policies, more...); len(policies) > 0 {
+		// One string, one implicit transaction: each table's ACCESS
+		// EXCLUSIVE lock is taken once, and released at once.
+		if err := e.ddl(ctx, conn, "creating the consumer group policies", strings.Join(policies, ";\n")); err != nil {
+			return err
+		}
+		res.Statements = append(res.Statements, policies...)
 	}
 	if !tblOK {
 		if err := run("granting "+strings.Join(tblPrivs, ", ")+" on "+e.table.String(),
@@ -298,11 +308,11 @@ func policyName(role, group string) string {
 	return fmt.Sprintf("%s%016x", policyPrefix, h.Sum64())
 }
 
-// ensurePolicy enables row-level security on table (if it is not) and
-// creates the role's policy for group (if it is missing): the role sees and
-// writes only rows whose consumer_group is group. Policies of one role for
-// several groups add up (permissive policies are ORed).
-func (e *Engine) ensurePolicy(ctx context.Context, conn *pgx.Conn, table string, rls bool, role, group, lit string, run func(op, sql string) error) error {
+// policySQL returns the statements that enable row-level security on table
+// (if it is not) and create the role's policy for group (if it is missing):
+// the role sees and writes only rows whose consumer_group is group. Policies
+// of one role for several groups add up (permissive policies are ORed).
+func (e *Engine) policySQL(ctx context.Context, conn *pgx.Conn, table string, rls bool, role, group, lit string) ([]string, error) {
 	ident := pgx.Identifier{e.table.Schema, table}.Sanitize()
 	name := policyName(role, group)
 	var has bool
@@ -312,23 +322,17 @@ SELECT EXISTS (SELECT 1 FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid J
                 WHERE n.nspname = $1 AND c.relname = $2 AND p.polname = $3)`, e.table.Schema, table, name).Scan(&has)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("looking up the policy of %s: %w", table, err)
+		return nil, fmt.Errorf("looking up the policy of %s: %w", table, err)
 	}
+	var out []string
 	if !has {
-		sql := fmt.Sprintf("CREATE POLICY %s ON %s AS PERMISSIVE FOR ALL TO %s USING (consumer_group = %s) WITH CHECK (consumer_group = %s)",
-			pgx.Identifier{name}.Sanitize(), ident, pgx.Identifier{role}.Sanitize(), lit, lit)
-		if err := run("creating the consumer group policy on "+table, sql); err != nil {
-			return err
-		}
+		out = append(out, fmt.Sprintf("CREATE POLICY %s ON %s AS PERMISSIVE FOR ALL TO %s USING (consumer_group = %s) WITH CHECK (consumer_group = %s)",
+			pgx.Identifier{name}.Sanitize(), ident, pgx.Identifier{role}.Sanitize(), lit, lit))
 	}
 	if !rls {
-		// After the policy, so that the role is never locked out of its
-		// rows in between.
-		if err := run("enabling row-level security on "+table, "ALTER TABLE "+ident+" ENABLE ROW LEVEL SECURITY"); err != nil {
-			return err
-		}
+		out = append(out, "ALTER TABLE "+ident+" ENABLE ROW LEVEL SECURITY")
 	}
-	return nil
+	return out, nil
 }
 
 // AccessError reports that the role a consumer connects as may not do what

@@ -500,6 +500,46 @@ RETURNS text LANGUAGE sql VOLATILE SECURITY INVOKER AS $$ SELECT c.verdict FROM 
 	}
 }
 
+// TestGrantConsumerBehindABusyTable: creating a policy needs ACCESS
+// EXCLUSIVE on the table for an instant; behind an open insert transaction
+// GrantConsumer gives up after the lock timeout with a retryable
+// *LockError instead of queueing (and making every later insert queue
+// behind it), and succeeds once the transaction is gone.
+func TestGrantConsumerBehindABusyTable(t *testing.T) {
+	ctx := testCtx(t)
+	r := newRoles(t, ScopeConsumerGroup)
+	r.grant(t, "g1")
+	eng := newEngine(t, r.ownerDB, r.tbl, WithLockTimeout(100*time.Millisecond), WithAttempts(2), WithBackoff(10*time.Millisecond, 20*time.Millisecond))
+	in, err := NewInserter(r.tbl, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := r.consDB.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := in.Insert(ctx, tx, []uuid.UUID{idAt(r.now)}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = eng.GrantConsumer(ctx, r.consumer.Name, "g3")
+	var le *LockError
+	if !errors.As(err, &le) || !IsRetryable(err) {
+		t.Fatalf("grant behind an open insert: %v, want a retryable *LockError", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("grant gave up after %s", took)
+	}
+	t.Logf("behind an open insert: %v", err)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.GrantConsumer(ctx, r.consumer.Name, "g3"); err != nil {
+		t.Fatalf("after the insert committed: %v", err)
+	}
+}
+
 // TestCheckAccess: the consumer's start-up check names what its role
 // lacks, before the grant, for a group without a policy, and after the
 // grant is taken back; the owner passes.
