@@ -434,7 +434,9 @@ func admits(policies []string, role, group string) bool {
 // group here), every privilege granted to the role itself on both tables and
 // on the claim functions. USAGE on the schema stays: it may have been there
 // before, and it gives nothing by itself. A missing table or role is not an
-// error; a table that is not ours is (*OwnershipError).
+// error, and neither is the table owner's role (or a member of it), which
+// GrantConsumer never restricts and this never touches; a table that is not
+// ours is (*OwnershipError).
 //
 // Run it when the consumer's role changes, so the old role keeps nothing.
 // Dropping a policy takes ACCESS EXCLUSIVE on the table for an instant, under
@@ -482,9 +484,12 @@ func (e *Engine) revokeConsumer(ctx context.Context, conn *pgx.Conn, role, group
 		names = append(names, e.table.Name+s)
 	}
 	err = conn.QueryRow(qctx, `
-WITH r AS (SELECT oid FROM pg_roles WHERE rolname = $1),
-     t AS (SELECT c.oid, c.relname::text AS name, c.relacl FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE n.nspname = $2 AND c.relname = ANY (ARRAY[$3, $4]))
+WITH t AS (SELECT c.oid, c.relname::text AS name, c.relacl, c.relowner FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = $2 AND c.relname = ANY (ARRAY[$3, $4])),
+     -- Never the owner (or a member of it): its own privileges are in
+     -- relacl too once anything was granted, and are not ours to take.
+     r AS (SELECT oid FROM pg_roles WHERE rolname = $1
+              AND NOT EXISTS (SELECT 1 FROM t WHERE pg_has_role(pg_roles.oid, t.relowner, 'MEMBER')))
 SELECT EXISTS (SELECT 1 FROM r),
        ARRAY(SELECT t.name FROM t JOIN pg_policy p ON p.polrelid = t.oid WHERE p.polname = $5 ORDER BY t.name),
        (SELECT count(*) FROM t JOIN pg_policy p ON p.polrelid = t.oid, r

@@ -626,6 +626,14 @@ func TestRevokeConsumer(t *testing.T) {
 	if res, err := r.eng.RevokeConsumer(ctx, "no_such_role_x", "g3"); err != nil || len(res.Statements) != 0 {
 		t.Errorf("revoke for a missing role: %v %v, want nothing", res.Statements, err)
 	}
+	// The owner's role (a consumer URL that named it, before) is never
+	// touched: its own privileges are in the table's ACL too.
+	if res, err := r.eng.RevokeConsumer(ctx, r.owner.Name, "g3"); err != nil || len(res.Statements) != 0 {
+		t.Errorf("revoke for the owner's role: %v %v, want nothing", res.Statements, err)
+	}
+	if got := countRows(t, r.ownerDB, "app.processed_event"); got == 0 {
+		t.Error("the owner sees no rows")
+	}
 }
 
 // TestRLSCostReport measures what the consumer group policy costs the
