@@ -288,7 +288,7 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 		val(envvars.Group, k.GroupID),
 		val(envvars.DeadLetterTopic, obj.DeadLetterTopic()),
 		val(envvars.ClientID, obj.Namespace+"."+obj.Name),
-		fromSecret(envvars.DatabaseURL, obj.Spec.Database.URLSecretRef),
+		fromSecret(envvars.DatabaseURL, obj.ConsumerDatabaseURLRef()),
 		val(envvars.TableSchema, obj.SchemaName()),
 		val(envvars.TableName, obj.TableName()),
 		val(envvars.DedupScope, string(obj.Scope())),
@@ -390,11 +390,14 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 }
 
 // secretRefs lists every Secret key an object references: the database URL
-// first, then its CA, then Kafka TLS and SASL, then the HTTP sink's
-// authorization.
+// first, then its CA, the consumer's own database URL, then Kafka TLS and
+// SASL, then the HTTP sink's authorization.
 func secretRefs(obj *kafkav1alpha1.IdempotentConsumer) []kafkav1alpha1.SecretKeyRef {
 	refs := []kafkav1alpha1.SecretKeyRef{obj.Spec.Database.URLSecretRef}
 	if ref := obj.Spec.Database.CASecretRef; ref != nil {
+		refs = append(refs, *ref)
+	}
+	if ref := obj.Spec.Database.ConsumerURLSecretRef; ref != nil {
 		refs = append(refs, *ref)
 	}
 	refs = append(refs, kafkaSecretRefs(obj)...)

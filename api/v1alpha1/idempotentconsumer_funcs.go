@@ -327,3 +327,13 @@ func (iv PartitionInterval) Duration() time.Duration {
 		return 24 * time.Hour
 	}
 }
+
+// ConsumerDatabaseURLRef is the Secret key holding the URL the consumer
+// connects with: spec.database.consumerURLSecretRef, or urlSecretRef (the
+// table owner's) without it.
+func (c *IdempotentConsumer) ConsumerDatabaseURLRef() SecretKeyRef {
+	if ref := c.Spec.Database.ConsumerURLSecretRef; ref != nil {
+		return *ref
+	}
+	return c.Spec.Database.URLSecretRef
+}
