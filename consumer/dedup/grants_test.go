@@ -22,15 +22,14 @@ import (
 // and the consumer's (a plain login role), each with a pool of its own, and
 // the superuser's pool for setting up and for looking behind the policies.
 type roles struct {
-	admin            *pgxpool.Pool
-	owner, consumer  consumertest.Role
-	ownerDB, consDB  *pgxpool.Pool
-	eng              *Engine
-	tbl              Table
-	now              time.Time
-	premake          int
-	retention        time.Duration
-	ownerIn, consIns *Inserter
+	admin           *pgxpool.Pool
+	owner, consumer consumertest.Role
+	ownerDB, consDB *pgxpool.Pool
+	eng             *Engine
+	tbl             Table
+	now             time.Time
+	premake         int
+	retention       time.Duration
 }
 
 func newRoles(t *testing.T, scope Scope) *roles {
