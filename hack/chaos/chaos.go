@@ -153,28 +153,17 @@ func (h *harness) startBroker(ctx context.Context) error {
 // provider and the HTTP-sink consumers.
 func (h *harness) startFleets() error {
 	o := h.o
-	env := consumerEnv(h.brokers, h.dbURL)
-	if o.Isolation != "" {
-		env = append(env, envvars.Isolation+"="+o.Isolation)
-	}
-	h.consumers = newFleet("consumer", group, filepath.Join(h.bin, "consumer"), h.work, h.stream, env)
-	h.cl.Add(h.consumers.stopAll)
-	if err := h.consumers.startN(o.Consumers); err != nil {
+	var err error
+	if h.consumers, err = h.startFleet("consumer", group, consumerEnv(h.brokers, h.dbURL), o.Consumers); err != nil {
 		return err
 	}
 	if o.HTTPConsumers > 0 {
-		var err error
 		if h.provider, err = startProvider(o.Seed, o.HTTPDelay, o.HTTPDropShare); err != nil {
 			return err
 		}
 		h.cl.Add(h.provider.stop)
-		henv := httpConsumerEnv(h.brokers, h.dbURL, h.provider.url())
-		if o.Isolation != "" {
-			henv = append(henv, envvars.Isolation+"="+o.Isolation)
-		}
-		h.httpConsumers = newFleet("http-consumer", httpGroup, filepath.Join(h.bin, "consumer"), h.work, h.stream, henv)
-		h.cl.Add(h.httpConsumers.stopAll)
-		if err := h.httpConsumers.startN(o.HTTPConsumers); err != nil {
+		env := httpConsumerEnv(h.brokers, h.dbURL, h.provider.url())
+		if h.httpConsumers, err = h.startFleet("http-consumer", httpGroup, env, o.HTTPConsumers); err != nil {
 			return err
 		}
 		h.step("%d HTTP consumers started (group %s, provider %s: %s per call, %.0f%% of requests applied and then dropped)",
@@ -183,6 +172,17 @@ func (h *harness) startFleets() error {
 	h.step("%d consumers started; producing %d messages over %s with %d kills, %d PostgreSQL and %d broker restarts",
 		o.Consumers, o.Events, o.ProduceFor, o.Kills, o.PostgresRestarts, o.BrokerRestarts)
 	return nil
+}
+
+// startFleet starts n consumers of group with env (and -isolation's
+// CONSUMER_ISOLATION); the cleanup stops them.
+func (h *harness) startFleet(prefix, group string, env []string, n int) (*fleet, error) {
+	if h.o.Isolation != "" {
+		env = append(env, envvars.Isolation+"="+h.o.Isolation)
+	}
+	f := newFleet(prefix, group, filepath.Join(h.bin, "consumer"), h.work, h.stream, env)
+	h.cl.Add(f.stopAll)
+	return f, f.startN(n)
 }
 
 // run produces the events while the chaos schedule and the background loops
