@@ -431,6 +431,12 @@ full:
 
 		var pbytes, pBatchesAdded int
 		var lastMeta *batchMeta
+		// respFull: the response reached req.MaxBytes. The partition's
+		// aborted transactions are still listed below before the
+		// response ends: a read_committed client cannot tell the
+		// aborted batches already added from committed ones without
+		// them.
+		var respFull bool
 		// Walk batches starting from the found position (segIdx, metaIdx).
 		// The first segment starts at metaIdx; subsequent segments start at 0.
 	segments:
@@ -446,7 +452,8 @@ full:
 					break segments
 				}
 				if nbytes += int(m.nbytes); nbytes > int(req.MaxBytes) && batchesAdded > 0 {
-					break full
+					respFull = true
+					break segments
 				}
 				if pbytes += int(m.nbytes); pbytes > int(fp.maxBytes) && batchesAdded > 0 {
 					break segments
@@ -482,6 +489,9 @@ full:
 				at.FirstOffset = e.firstOffset
 				sp.AbortedTransactions = append(sp.AbortedTransactions, at)
 			}
+		}
+		if respFull {
+			break full
 		}
 	}
 

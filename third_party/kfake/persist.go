@@ -1372,27 +1372,34 @@ func (c *Cluster) loadPartitionFullReplay(pd *partData, segFiles []int64, fsys f
 
 	// Implicitly abort in-flight transactions. Any producer still in
 	// activeTxns had a transaction open when the crash happened. We
-	// treat these as aborted so the LSO is not stuck forever.
+	// treat these as aborted so the LSO is not stuck forever, and write
+	// their abort markers (below, once the active segment is set up), as
+	// a coordinator completing the abort would: clients end an aborted
+	// transaction at the producer's next control batch, so without a
+	// marker they would take the producer's next transaction on this
+	// partition, committed or not, for part of the aborted one.
+	type cutTxn struct {
+		pid      int64
+		epoch    int16
+		firstOff int64
+	}
+	var cut []cutTxn
 	if len(activeTxns) > 0 {
 		crashAbortedMu.Lock()
 		for pid, firstOff := range activeTxns {
-			last := firstOff
+			var epoch int16
 			for _, b := range batches {
-				if b.ProducerID == pid && b.inTx {
-					end := b.FirstOffset + int64(b.LastOffsetDelta)
-					if end > last {
-						last = end
-					}
+				if b.ProducerID == pid && b.inTx && b.ProducerEpoch > epoch {
+					epoch = b.ProducerEpoch
 				}
 			}
-			pd.abortedTxns = append(pd.abortedTxns, abortedTxnEntry{
-				producerID:  pid,
-				firstOffset: firstOff,
-				lastOffset:  last,
-			})
+			// loadFromDisk bumps the producer's epoch; the marker
+			// carries the bumped one, as a coordinator's abort does.
+			cut = append(cut, cutTxn{pid: pid, epoch: epoch + 1, firstOff: firstOff})
 			crashAbortedPIDs[pid] = struct{}{}
 		}
 		crashAbortedMu.Unlock()
+		slices.SortFunc(cut, func(a, b cutTxn) int { return cmp.Compare(a.firstOff, b.firstOff) })
 	}
 
 	// abortedTxns must be sorted by lastOffset for binary search in
@@ -1423,6 +1430,23 @@ func (c *Cluster) loadPartitionFullReplay(pd *partData, segFiles []int64, fsys f
 	// Initialize active segment state so persistBatchToSegment
 	// appends to the last segment instead of segment 0.
 	c.initActiveSegment(pd, fsys, pdir)
+
+	// Write the abort markers of the transactions the crash cut. Their
+	// offsets are past every entry above, so abortedTxns stays sorted by
+	// lastOffset.
+	for _, t := range cut {
+		b, nbytes := txnMarkerBatch(t.pid, t.epoch, false, 0)
+		controlOffset := c.pushBatch(pd, nbytes, b, false)
+		if controlOffset < 0 {
+			return fmt.Errorf("partition %s-%d: writing the abort marker of producer %d's transaction cut by a crash", pd.t, pd.p, t.pid)
+		}
+		pd.abortedTxns = append(pd.abortedTxns, abortedTxnEntry{
+			producerID:  t.pid,
+			firstOffset: t.firstOff,
+			lastOffset:  controlOffset,
+		})
+	}
+	pd.recalculateLSO()
 
 	return nil
 }
