@@ -824,9 +824,9 @@ func TestReadCommittedStress(t *testing.T) {
 
 // TestRuntimeReadCommittedStress runs the random workload with a broker
 // crash, then lets the runtime consume the whole log twice, in two groups:
-// with the default fetch size, and with a memory budget that cuts every
-// fetch to about 100 KiB (a few hundred records, so most fetch responses
-// end in the middle of the log's transactions). Each group must handle
+// with the defaults, and with a memory budget that cuts every fetch to
+// 68 KiB (a few hundred records, so most fetch responses end in the middle
+// of the log's transactions) and every batch to 10 KiB. Each group must handle
 // every plain and committed event exactly once, no event of an aborted
 // transaction, and dead-letter nothing (a marker that reached the runtime
 // would be dead-lettered as not_json).
@@ -877,8 +877,12 @@ func TestRuntimeReadCommittedStress(t *testing.T) {
 	}
 	e.group = "g-small-fetch"
 	consumeExactly(t, e, e.config(func(c *consumer.Config) {
+		// Per partition: a 68 KiB fetch (the smallest, one record of
+		// the envelope's largest size and its framing), a queue of one
+		// record, and batches of at most 10 KiB (about 70 records), so
+		// most batches end in a record carried over to the next.
 		c.Envelope.MaxBytes = 4096
-		c.MemoryBudget = 600 << 10 // per partition: ~100 KiB of fetch
-		c.BatchSize = 50
+		c.MemoryBudget = 60 << 10
+		c.BatchSize = 200
 	}), want, aborted)
 }
