@@ -2,15 +2,17 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/idempotency-dev/operator/consumer/consumertest"
 	"github.com/idempotency-dev/operator/consumer/envvars"
+	"github.com/idempotency-dev/operator/hack/internal/localstack"
 	"github.com/idempotency-dev/operator/hack/internal/proc"
 )
 
@@ -32,22 +34,37 @@ func newFleet(prefix, group, bin, logDir string, stream io.Writer, env []string)
 }
 
 func (f *fleet) start() error {
-	port, err := consumertest.FreePort()
-	if err != nil {
-		return err
-	}
 	f.mu.Lock()
 	f.seq++
 	name := f.prefix + "-" + strconv.Itoa(f.seq)
 	f.mu.Unlock()
-	env := append(append([]string{}, f.env...), envvars.ListenAddr+"=127.0.0.1:"+strconv.Itoa(port))
-	p, err := proc.Start(name, proc.Options{LogDir: f.logDir, Stream: f.stream, Env: env}, f.bin)
+	c, err := localstack.StartConsumer(name, proc.Options{LogDir: f.logDir, Stream: f.stream, Env: append([]string{}, f.env...)}, f.bin)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
-	f.running = append(f.running, p)
+	f.running = append(f.running, c.Process)
 	f.mu.Unlock()
+	return nil
+}
+
+// startN starts n more consumers.
+func (f *fleet) startN(n int) error {
+	for range n {
+		if err := f.start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fillTo starts consumers until n are running.
+func (f *fleet) fillTo(n int) error {
+	for f.alive() < n {
+		if err := f.start(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -137,22 +154,48 @@ func snapshotOffsets(ctx context.Context, brokers []string, group string, partit
 }
 
 // waitForLagZero waits until the fleet's group's committed offsets reach the
-// end of every partition.
-func waitForLagZero(ctx context.Context, brokers []string, partitions int, timeout time.Duration, f *fleet) error {
-	deadline := time.Now().Add(timeout)
-	lag := int64(-1)
-	for time.Now().Before(deadline) {
-		if p := f.crashed(); p != nil {
-			return fmt.Errorf("consumer %s exited on its own: %w\n%s", p.Name, p.ExitErr(), p.TailLog(30))
-		}
-		if l, err := consumertest.GroupLag(ctx, brokers, f.group, topic, partitions); err == nil {
-			if lag = l; lag == 0 {
-				return nil
-			}
-		}
-		if !sleepCtx(ctx, 250*time.Millisecond) {
-			return ctx.Err()
+// end of every partition; a consumer that exits on its own fails it.
+func (f *fleet) waitForLagZero(ctx context.Context, brokers []string, partitions int, timeout time.Duration) error {
+	return localstack.WaitForLagZero(ctx, brokers, f.group, topic, partitions, timeout, f.crashed)
+}
+
+// httpConsumerEnv is the HTTP group's environment: the http sink (an external
+// handler, Key ordering and 64 in flight by default) posting to the provider.
+func httpConsumerEnv(brokers []string, dbURL, providerURL string) []string {
+	var env []string
+	for _, kv := range consumerEnv(brokers, dbURL) {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case envvars.Group, envvars.DeadLetterTopic, envvars.Sink, envvars.SinkSQLStatement, envvars.ClientID:
+		default:
+			env = append(env, kv)
 		}
 	}
-	return fmt.Errorf("group %s: consumer lag still %d after %s", f.group, lag, timeout)
+	return append(env,
+		envvars.Group+"="+httpGroup,
+		envvars.DeadLetterTopic+"="+httpDLQTopic,
+		envvars.ClientID+"="+httpApp,
+		envvars.Sink+"=http",
+		envvars.SinkHTTPURL+"="+providerURL,
+	)
+}
+
+func consumerEnv(brokers []string, dbURL string) []string {
+	return []string{
+		"PATH=" + os.Getenv("PATH"),
+		envvars.Brokers + "=" + strings.Join(brokers, ","),
+		envvars.Topic + "=" + topic,
+		envvars.Group + "=" + group,
+		envvars.ClientID + "=" + sqlApp,
+		envvars.DeadLetterTopic + "=" + dlqTopic,
+		envvars.DatabaseURL + "=" + dbURL,
+		envvars.Sink + "=sql",
+		envvars.SinkSQLStatement + "=" + ledgerStatement,
+		envvars.SessionTimeout + "=2s",
+		envvars.HeartbeatInterval + "=200ms",
+		envvars.RebalanceTimeout + "=4s",
+		envvars.BatchMaxMessages + "=200",
+		envvars.BatchMaxWait + "=20ms",
+		envvars.RetryBackoffMax + "=1s",
+		envvars.LogLevel + "=info",
+	}
 }

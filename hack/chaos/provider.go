@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idempotency-dev/operator/hack/internal/localstack"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -113,7 +114,7 @@ func (m *txMonitor) run(ctx context.Context, dbURL string, apps []string, interv
 	m.max = map[string]time.Duration{}
 	for ctx.Err() == nil {
 		m.sampleOnce(ctx, dbURL, apps, interval)
-		sleepCtx(ctx, time.Second)
+		localstack.Sleep(ctx, time.Second)
 	}
 }
 
@@ -143,7 +144,7 @@ func (m *txMonitor) sampleOnce(ctx context.Context, dbURL string, apps []string,
 		m.mu.Lock()
 		m.samples++
 		m.mu.Unlock()
-		sleepCtx(ctx, interval)
+		localstack.Sleep(ctx, interval)
 	}
 }
 

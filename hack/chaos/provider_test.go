@@ -55,33 +55,3 @@ func TestProviderDropsAfterApplying(t *testing.T) {
 		})
 	}
 }
-
-// The HTTP checks fail a run with a missing id or a second dedup row, and
-// pass a clean one.
-func TestHTTPViolations(t *testing.T) {
-	clean := Result{HTTPConsumers: 1, ProviderRequests: 10, HTTPRecorded: 9, HTTPDedupRowsPerIDMax: 1, ProviderRequestsPerIDMax: 3, HTTPSnapshots: 5}
-	if v := clean.httpViolations(); len(v) != 0 {
-		t.Fatalf("clean run: %v", v)
-	}
-	for _, tc := range []struct {
-		name string
-		mod  func(*Result)
-		want string
-	}{
-		{"missing", func(r *Result) { r.ProviderMissing = 1 }, "never reached the provider"},
-		{"two rows", func(r *Result) { r.HTTPDedupRowsPerIDMax = 2 }, "2 dedup rows"},
-		{"no key", func(r *Result) { r.ProviderNoKey = 1 }, "without an Idempotency-Key"},
-		{"aborted", func(r *Result) { r.ProviderAborted = 1 }, "aborted transactions"},
-		{"recorded uncalled", func(r *Result) { r.HTTPRecordedNotCalled = 1 }, "recorded without a call"},
-		{"unrecorded", func(r *Result) { r.HTTPUnrecorded = 1 }, "neither recorded nor dead-lettered"},
-		{"nothing", func(r *Result) { r.ProviderRequests = 0 }, "nothing to check"},
-		{"malformed", func(r *Result) { r.HTTPMalformedMissing = 1 }, "malformed messages missing"},
-		{"offsets", func(r *Result) { r.HTTPOffsetViolations = []string{"partition 0: offset 3 committed past"} }, "HTTP group: partition 0"},
-	} {
-		r := clean
-		tc.mod(&r)
-		if v := strings.Join(r.httpViolations(), "; "); !strings.Contains(v, tc.want) {
-			t.Errorf("%s: violations %q, want %q", tc.name, v, tc.want)
-		}
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/hack/internal/localstack"
 )
 
 // txnLog is what the transactional producer knows of its transactions'
@@ -89,13 +90,13 @@ func produceTxns(ctx context.Context, o Options, seed uint64, brokers []string, 
 			// The client may be stuck in a failed state: a new one with the
 			// same transactional id fences the old producer epoch.
 			cl.Close()
-			sleepCtx(ctx, 200*time.Millisecond)
+			localstack.Sleep(ctx, 200*time.Millisecond)
 			if cl, err = newClient(); err != nil {
 				return fmt.Errorf("recreating the transactional producer: %w", err)
 			}
 		}
 		due := start.Add(time.Duration(float64(o.ProduceFor) * float64(sent) / float64(total)))
-		sleepCtx(ctx, time.Until(due))
+		localstack.Sleep(ctx, time.Until(due))
 	}
 	return nil
 }
@@ -149,6 +150,6 @@ func writeSentinels(ctx context.Context, o Options, brokers []string, clock simC
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		sleepCtx(ctx, 200*time.Millisecond)
+		localstack.Sleep(ctx, 200*time.Millisecond)
 	}
 }

@@ -9,13 +9,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/idempotency-dev/operator/hack/internal/localstack"
 )
 
 // Report is what the demo observed at the end of a run.
@@ -40,7 +41,7 @@ type Report struct {
 	SecretLeaks       []string // logs that contained it
 }
 
-func buildReport(ctx context.Context, k8s client.Client, ic *unstructured.Unstructured, wl *Workload, dbURL string, brokers []string, dlq string, consumers []*consumerProc) (*Report, error) {
+func buildReport(ctx context.Context, k8s client.Client, ic *unstructured.Unstructured, wl *Workload, dbURL string, brokers []string, dlq string, consumers []*localstack.Consumer) (*Report, error) {
 	rep := &Report{Workload: wl, DeadLetter: map[string]int{}}
 
 	cur := ic.DeepCopy()
@@ -113,7 +114,7 @@ func buildReport(ctx context.Context, k8s client.Client, ic *unstructured.Unstru
 	}
 
 	for _, c := range consumers {
-		v, err := scrapeCounter(ctx, "http://"+c.addr+"/metrics", duplicatesMetric)
+		v, err := scrapeCounter(ctx, "http://"+c.Addr+"/metrics", duplicatesMetric)
 		if err != nil {
 			return rep, fmt.Errorf("reading %s metrics: %w", c.Name, err)
 		}
@@ -161,27 +162,7 @@ func scrapeCounter(ctx context.Context, url, name string) (float64, error) {
 
 // readDeadLetters counts the dead-letter topic's messages by reason header.
 func readDeadLetters(ctx context.Context, brokers []string, topic string, byReason map[string]int) error {
-	conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, 0)
-	if err != nil {
-		return fmt.Errorf("reading dead-letter topic %s: %w", topic, err)
-	}
-	defer conn.Close()
-	last, err := conn.ReadLastOffset()
-	if err != nil {
-		return err
-	}
-	if last == 0 {
-		return nil
-	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: 0, MaxWait: 100 * time.Millisecond})
-	defer r.Close()
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		m, err := r.ReadMessage(rctx)
-		if err != nil {
-			return fmt.Errorf("reading dead-letter topic %s: %w", topic, err)
-		}
+	return localstack.ReadPartition(ctx, brokers, topic, 0, func(m kafka.Message) {
 		reason := "(no reason header)"
 		for _, h := range m.Headers {
 			if h.Key == reasonHeader {
@@ -189,10 +170,7 @@ func readDeadLetters(ctx context.Context, brokers []string, topic string, byReas
 			}
 		}
 		byReason[reason]++
-		if m.Offset+1 >= last {
-			return nil
-		}
-	}
+	})
 }
 
 // Check returns the violated invariants; none means the system did its job.

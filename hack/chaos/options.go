@@ -1,0 +1,118 @@
+package main
+
+import "time"
+
+// Options configure a chaos run.
+type Options struct {
+	Events           int
+	DuplicateShare   float64
+	MalformedShare   float64
+	Kills            int
+	PostgresRestarts int
+	BrokerRestarts   int
+	Consumers        int
+	Partitions       int
+	// TxnShare of Events are written by a transactional producer, in
+	// transactions of which AbortShare are aborted.
+	TxnShare   float64
+	AbortShare float64
+	// HTTPConsumers run in a second group with the http sink (an external
+	// handler) against a provider inside the harness; HTTPKills of them are
+	// kill -9ed. The provider takes HTTPDelay per call and drops the
+	// connection after applying HTTPDropShare of the requests.
+	HTTPConsumers int
+	HTTPKills     int
+	HTTPDelay     time.Duration
+	HTTPDropShare float64
+	// Isolation, when set, is the consumers' CONSUMER_ISOLATION.
+	Isolation  string
+	ProduceFor time.Duration
+	// ClockSpeed is how much faster than real time the partition maintenance
+	// and the event ids' timestamps run: with Hourly partitions and 600x, a new
+	// partition every 6 real seconds.
+	ClockSpeed float64
+	Premake    int
+	Retention  time.Duration // in simulated time
+	Seed       uint64
+	Verbose    bool
+	// Keep leaves the work directory (the processes' logs, the broker's
+	// data) in place for a diagnosis.
+	Keep bool
+	Root string
+}
+
+// DefaultOptions is the `make chaos` run.
+func DefaultOptions() Options {
+	return Options{
+		Events:           100_000,
+		DuplicateShare:   0.25,
+		MalformedShare:   0.005,
+		Kills:            24,
+		PostgresRestarts: 1,
+		BrokerRestarts:   1,
+		Consumers:        3,
+		Partitions:       6,
+		TxnShare:         0.1,
+		AbortShare:       1.0 / 3,
+		HTTPConsumers:    2,
+		HTTPKills:        12,
+		HTTPDelay:        3 * time.Millisecond,
+		HTTPDropShare:    0.02,
+		ProduceFor:       90 * time.Second,
+		ClockSpeed:       600,
+		Premake:          24,
+		Retention:        72 * time.Hour,
+	}
+}
+
+// ShortOptions is the variant inside `make test`: the same invariants, a
+// smaller run.
+func ShortOptions() Options {
+	o := DefaultOptions()
+	o.Events = 12_000
+	o.Kills = 5
+	o.Consumers = 2
+	o.HTTPKills = 3
+	o.Partitions = 4
+	o.ProduceFor = 25 * time.Second
+	return o
+}
+
+const (
+	topic    = "chaos.events"
+	dlqTopic = "chaos.events.dlq"
+	group    = "chaos"
+	// The HTTP consumers' group, with a dead-letter topic of its own. The
+	// dedup table is scoped by consumer group, so both groups share it.
+	httpGroup    = "chaos-http"
+	httpDLQTopic = "chaos.events.http.dlq"
+	// application_names of the two fleets' sessions (CONSUMER_CLIENT_ID).
+	sqlApp  = "chaos-sql"
+	httpApp = "chaos-http"
+	// The ledger has no unique constraint: a double application shows up as
+	// two rows rather than being hidden by an error.
+	ledgerDDL = `CREATE TABLE ledger (
+		id       bigserial PRIMARY KEY,
+		event_id uuid NOT NULL,
+		amount   bigint NOT NULL
+	)`
+)
+
+// ledgerStatement is the SQL sink's statement: $1 is the event id, $2 the
+// payload (see docs/consumer.md).
+const ledgerStatement = `INSERT INTO ledger (event_id, amount) VALUES ($1, ($2::jsonb->'payload'->>'amount')::bigint)`
+
+// outsideWindowReason is the dead-letter reason of an id older than the
+// dedup window.
+const outsideWindowReason = "outside_window"
+
+// simClock runs ClockSpeed times faster than real time from a start instant.
+type simClock struct {
+	start time.Time
+	real  time.Time
+	speed float64
+}
+
+func (c simClock) now() time.Time {
+	return c.start.Add(time.Duration(float64(time.Since(c.real)) * c.speed))
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// violationCase breaks one invariant of a clean Result.
+type violationCase struct {
+	name string
+	mod  func(*Result)
+	want string // in the violations
+}
+
+// testViolations checks that clean passes and that each case fails it with
+// its message.
+func testViolations(t *testing.T, clean Result, violations func(*Result) []string, cases []violationCase) {
+	t.Helper()
+	if v := violations(&clean); len(v) != 0 {
+		t.Fatalf("clean run: %v", v)
+	}
+	for _, tc := range cases {
+		r := clean
+		tc.mod(&r)
+		if v := strings.Join(violations(&r), "; "); !strings.Contains(v, tc.want) {
+			t.Errorf("%s: violations %q, want %q", tc.name, v, tc.want)
+		}
+	}
+}
+
+// Each invariant of the SQL group fails a run on its own, and a clean run
+// passes: the table of invariants in Violations names every one.
+func TestViolations(t *testing.T) {
+	clean := Result{LagZero: true, Messages: 12, Unique: 10, Applied: 10, Snapshots: 3, LogsChecked: 4, TxSampled: true}
+	testViolations(t, clean, (*Result).Violations, []violationCase{
+		{"lag", func(r *Result) { r.LagZero = false }, "lag did not reach zero"},
+		{"nothing", func(r *Result) { r.Messages = 0 }, "nothing was produced"},
+		{"duplicate", func(r *Result) { r.DuplicatesApplied = 1 }, "1 duplicate applications"},
+		{"lost", func(r *Result) { r.Applied, r.Lost = 9, 1 }, "1 valid ids lost"},
+		{"outside", func(r *Result) { r.Applied, r.OutsideWindow = 9, 1 }, "outside the dedup window"},
+		{"aborted", func(r *Result) { r.AbortedApplied = 2 }, "2 records of aborted transactions"},
+		{"foreign", func(r *Result) { r.ForeignDeadLetters = 1 }, "hold no data record"},
+		{"unknown", func(r *Result) { r.UnknownApplied = 1 }, "ids never produced"},
+		{"amount", func(r *Result) { r.WrongAmount = 1 }, "wrong amount"},
+		{"malformed missing", func(r *Result) { r.MalformedMissing = 1 }, "1 missing from the dead-letter topic"},
+		{"malformed wrong", func(r *Result) { r.MalformedWrong = 1 }, "1 with the wrong reason"},
+		{"accounting", func(r *Result) { r.Applied = 9 }, "accounting: applied 9"},
+		{"snapshots", func(r *Result) { r.Snapshots = 0 }, "no committed-offset snapshot"},
+		{"logs", func(r *Result) { r.LogsChecked = 0 }, "no log file was checked"},
+		{"leak", func(r *Result) { r.SecretLeaks = []string{"consumer-3.log"} }, "appears in logs: consumer-3.log"},
+		{"tx", func(r *Result) { r.TxSampled = false }, "max_tx_open_ms unknown"},
+		{"offsets", func(r *Result) { r.OffsetViolations = []string{"partition 1: offset 9 committed past"} }, "partition 1: offset 9"},
+		{"partitions", func(r *Result) { r.PartitionProblems = []string{"planned partition missing: p1"} }, "planned partition missing"},
+		{"http group", func(r *Result) { r.HTTPConsumers = 1 }, "HTTP group: the provider got 0 requests"},
+	})
+}
+
+// The HTTP checks fail a run with a missing id or a second dedup row, and
+// pass a clean one.
+func TestHTTPViolations(t *testing.T) {
+	clean := Result{HTTPConsumers: 1, ProviderRequests: 10, HTTPRecorded: 9, HTTPDedupRowsPerIDMax: 1, ProviderRequestsPerIDMax: 3, HTTPSnapshots: 5}
+	testViolations(t, clean, (*Result).httpViolations, []violationCase{
+		{"missing", func(r *Result) { r.ProviderMissing = 1 }, "never reached the provider"},
+		{"two rows", func(r *Result) { r.HTTPDedupRowsPerIDMax = 2 }, "2 dedup rows"},
+		{"no key", func(r *Result) { r.ProviderNoKey = 1 }, "without an Idempotency-Key"},
+		{"aborted", func(r *Result) { r.ProviderAborted = 1 }, "aborted transactions"},
+		{"recorded uncalled", func(r *Result) { r.HTTPRecordedNotCalled = 1 }, "recorded without a call"},
+		{"unrecorded", func(r *Result) { r.HTTPUnrecorded = 1 }, "neither recorded nor dead-lettered"},
+		{"nothing", func(r *Result) { r.ProviderRequests = 0 }, "nothing to check"},
+		{"malformed", func(r *Result) { r.HTTPMalformedMissing = 1 }, "malformed messages missing"},
+		{"offsets", func(r *Result) { r.HTTPOffsetViolations = []string{"partition 0: offset 3 committed past"} }, "HTTP group: partition 0"},
+	})
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idempotency-dev/operator/hack/internal/localstack"
+)
+
+// action is one step of the chaos schedule, at an offset from the start of
+// production.
+type action struct {
+	at   time.Duration
+	kind string // kill, kill-http, pg, broker
+}
+
+// plan spreads the kills evenly (each at a random moment of its slice of
+// the production period) and puts the PostgreSQL and broker restarts in its
+// middle; it returns the actions in time order.
+func (h *harness) plan() []action {
+	o := h.o
+	var plan []action
+	for i := range o.Kills {
+		plan = append(plan, action{time.Duration(float64(o.ProduceFor) * (float64(i) + h.rng.Float64()) / float64(o.Kills)), "kill"})
+	}
+	if h.httpConsumers != nil {
+		for i := range o.HTTPKills {
+			plan = append(plan, action{time.Duration(float64(o.ProduceFor) * (float64(i) + h.rng.Float64()) / float64(o.HTTPKills)), "kill-http"})
+		}
+	}
+	for i := range o.PostgresRestarts {
+		plan = append(plan, action{time.Duration(float64(o.ProduceFor) * (0.3 + 0.4*float64(i)/float64(max(1, o.PostgresRestarts)))), "pg"})
+	}
+	for i := range o.BrokerRestarts {
+		plan = append(plan, action{time.Duration(float64(o.ProduceFor) * (0.55 + 0.3*float64(i)/float64(max(1, o.BrokerRestarts)))), "broker"})
+	}
+	slices.SortStableFunc(plan, func(a, b action) int { return cmp.Compare(a.at, b.at) })
+	return plan
+}
+
+// schedule is the chaos schedule running beside production; err is valid
+// once done is closed.
+type schedule struct {
+	done chan struct{}
+	err  error
+}
+
+// startSchedule plans the chaos and carries it out in the background.
+func (h *harness) startSchedule(ctx context.Context) *schedule {
+	plan := h.plan()
+	s := &schedule{done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t0 := time.Now()
+		for _, a := range plan {
+			if !localstack.Sleep(ctx, time.Until(t0.Add(a.at))) {
+				return
+			}
+			if s.err = h.act(ctx, a.kind); s.err != nil {
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// act carries out one action of the schedule.
+func (h *harness) act(ctx context.Context, kind string) error {
+	res := h.res
+	switch kind {
+	case "kill":
+		// Half the kills wait (up to 2s) to land right after a database commit (the
+		// ledger grew a moment ago), when the offset commit is most
+		// likely still in flight: the window the design must cover.
+		when := "at a random moment"
+		if h.rng.IntN(2) == 0 && waitForLedgerCommit(ctx, h.pool, 2*time.Second) {
+			when = "right after a database commit"
+			res.KillsAfterCommit++
+		}
+		victim, err := killAndReplace(h.consumers, h.o.Consumers, h.rng)
+		if err != nil {
+			return err
+		}
+		res.Kills++
+		h.step("kill -9 %s %s; %d consumers running", victim, when, h.consumers.alive())
+	case "kill-http":
+		victim, err := killAndReplace(h.httpConsumers, h.o.HTTPConsumers, h.rng)
+		if err != nil {
+			return err
+		}
+		res.HTTPKills++
+		h.step("kill -9 %s; %d HTTP consumers running", victim, h.httpConsumers.alive())
+	case "pg":
+		h.step("PostgreSQL: crash (SIGKILL) and restart")
+		_ = h.pg.Kill()
+		localstack.Sleep(ctx, time.Second)
+		if err := h.pg.Start(); err != nil {
+			return fmt.Errorf("restarting PostgreSQL: %w", err)
+		}
+		res.PostgresRestarts++
+	case "broker":
+		h.step("broker: kill -9 and restart from its data dir")
+		if err := h.broker.Restart(ctx, time.Second); err != nil {
+			return err
+		}
+		res.BrokerRestarts++
+	}
+	return nil
+}
+
+// waitForLedgerCommit polls the ledger until a new row is visible (that is,
+// committed), or the timeout passes.
+func waitForLedgerCommit(ctx context.Context, pool *pgxpool.Pool, timeout time.Duration) bool {
+	var before int64
+	if err := pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM ledger").Scan(&before); err != nil {
+		return false
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		var now int64
+		if err := pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM ledger").Scan(&now); err != nil {
+			return false
+		}
+		if now != before {
+			return true
+		}
+		if !localstack.Sleep(ctx, 2*time.Millisecond) {
+			return false
+		}
+	}
+	return false
+}
+
+// killAndReplace kill -9s one of f's consumers and replaces it, now and then
+// with one more or one fewer than usual: every change is a rebalance.
+func killAndReplace(f *fleet, usual int, rng *mrand.Rand) (string, error) {
+	victim := f.killRandom(rng)
+	n := 1
+	switch {
+	case f.alive() < usual:
+		n = usual - f.alive()
+	case rng.IntN(4) == 0:
+		n = 0
+	}
+	if f.alive()+n == 0 {
+		n = 1
+	}
+	return victim, f.startN(n)
+}
