@@ -176,7 +176,7 @@ func claimBody(t Table) string {
                                     JOIN pg_catalog.pg_namespace n ON n.oid = p.relnamespace
                                    WHERE n.nspname = %s AND p.relname = %s)
                AND NOT i.inhdetachpending) AS b
-  ), ranges AS (
+  ), ranges AS MATERIALIZED (
     SELECT r.dflt,
            r.m[1] = 'MINVALUE' AS lo_min,
            pg_catalog.substring(r.m[1], '^''([0-9a-f-]{36})''(?:::uuid)?$')::uuid AS lo,
@@ -208,8 +208,13 @@ func claimBody(t Table) string {
                                 THEN 'new' ELSE 'duplicate' END) AS v
       FROM cls LEFT JOIN ins ON ins.event_id = cls.id
   )
-  SELECT pg_catalog.array_agg(res.id ORDER BY res.ord), pg_catalog.array_agg(res.v ORDER BY res.ord)
-    INTO _ids, _verdicts FROM res;`, parent)
+  `, parent)
+	// The fast path returns the rows as the statement makes them; the
+	// careful one collects them first, so that nothing is returned from a
+	// statement the EXCEPTION block undoes.
+	claimReturn := "\n  RETURN QUERY" + claimAll + "SELECT res.id, res.v FROM res ORDER BY res.ord;"
+	claimCollect := claimAll + `SELECT pg_catalog.array_agg(res.id ORDER BY res.ord), pg_catalog.array_agg(res.v ORDER BY res.ord)
+    INTO _ids, _verdicts FROM res;`
 
 	classifyOnly := classify + `
   SELECT pg_catalog.array_agg(cls.id ORDER BY cls.ord), pg_catalog.array_agg(cls.v ORDER BY cls.ord)
@@ -220,7 +225,8 @@ func claimBody(t Table) string {
 		"{parent}", parent,
 		"{schema}", lit(t.Schema),
 		"{table}", lit(t.Name),
-		"{claim_all}", claimAll,
+		"{claim_return}", claimReturn,
+		"{claim_collect}", claimCollect,
 		"{classify_only}", classifyOnly,
 	).Replace(`
 #variable_conflict use_column
@@ -252,40 +258,40 @@ BEGIN{scope_check}
                   AND c.relkind = 'p');
   LOCK TABLE ONLY {parent} IN ROW EXCLUSIVE MODE;
   PERFORM pg_catalog.set_config({setting}, 'claimed', true);
-  IF NOT _careful THEN{claim_all}
-  ELSE
-    BEGIN{claim_all}
-    EXCEPTION WHEN check_violation THEN
-      -- Some id no partition accepts after all: record the ids one at a
-      -- time, in order, and report those refused as outside the window.
-      {classify_only}
-      SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO _todo
-        FROM ROWS FROM (pg_catalog.unnest(_ids), pg_catalog.unnest(_verdicts)) AS u(id, v) WHERE u.v IS NULL;
-      FOREACH _id IN ARRAY coalesce(_todo, '{}') LOOP
-        BEGIN
-          INSERT INTO {parent} AS t (event_id, consumer_group) VALUES (_id, _grp)
-          ON CONFLICT DO NOTHING RETURNING t.event_id INTO _got;
-          IF FOUND THEN
-            _fresh := _fresh || _id;
-          END IF;
-        EXCEPTION WHEN check_violation THEN
-          _gone := _gone || _id;
-        END;
-      END LOOP;
-      FOR i IN 1 .. pg_catalog.cardinality(_ids) LOOP
-        IF _verdicts[i] IS NULL THEN
-          IF _ids[i] = ANY (_gone) THEN
-            _verdicts[i] := 'outside_window';
-          ELSIF _ids[i] = ANY (_fresh) AND NOT _ids[i] = ANY (_seen) THEN
-            _verdicts[i] := 'new';
-          ELSE
-            _verdicts[i] := 'duplicate';
-          END IF;
-          _seen := _seen || _ids[i];
-        END IF;
-      END LOOP;
-    END;
+  IF NOT _careful THEN{claim_return}
+    RETURN;
   END IF;
+  BEGIN{claim_collect}
+  EXCEPTION WHEN check_violation THEN
+    -- Some id no partition accepts after all: record the ids one at a
+    -- time, in order, and report those refused as outside the window.
+    {classify_only}
+    SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO _todo
+      FROM ROWS FROM (pg_catalog.unnest(_ids), pg_catalog.unnest(_verdicts)) AS u(id, v) WHERE u.v IS NULL;
+    FOREACH _id IN ARRAY coalesce(_todo, '{}') LOOP
+      BEGIN
+        INSERT INTO {parent} AS t (event_id, consumer_group) VALUES (_id, _grp)
+        ON CONFLICT DO NOTHING RETURNING t.event_id INTO _got;
+        IF FOUND THEN
+          _fresh := _fresh || _id;
+        END IF;
+      EXCEPTION WHEN check_violation THEN
+        _gone := _gone || _id;
+      END;
+    END LOOP;
+    FOR i IN 1 .. pg_catalog.cardinality(_ids) LOOP
+      IF _verdicts[i] IS NULL THEN
+        IF _ids[i] = ANY (_gone) THEN
+          _verdicts[i] := 'outside_window';
+        ELSIF _ids[i] = ANY (_fresh) AND NOT _ids[i] = ANY (_seen) THEN
+          _verdicts[i] := 'new';
+        ELSE
+          _verdicts[i] := 'duplicate';
+        END IF;
+        _seen := _seen || _ids[i];
+      END IF;
+    END LOOP;
+  END;
   RETURN QUERY SELECT r.id, r.v
     FROM ROWS FROM (pg_catalog.unnest(_ids), pg_catalog.unnest(_verdicts)) WITH ORDINALITY AS r(id, v, ord)
    ORDER BY r.ord;
