@@ -340,7 +340,7 @@ SELECT true, p.prosrc, obj_description(p.oid, 'pg_proc')
 		}
 		if found {
 			if m, ok := parseClaimMarker(comment); !ok || m.ClaimOf != e.table.String() {
-				return &NameConflictError{Table: e.table.String(), Name: e.table.Schema + "." + f.name, Kind: "function", Need: "the claim function"}
+				return &NameConflictError{Table: e.table.String(), Name: e.table.Schema + "." + f.name + "(" + f.args + ")", Kind: "function", Need: "the claim function"}
 			}
 			if src != nil && *src == f.body {
 				continue // up to date: replacing it would only invalidate every session's cached plan
@@ -350,6 +350,38 @@ SELECT true, p.prosrc, obj_description(p.oid, 'pg_proc')
 		sql := f.create + ";\nCOMMENT ON FUNCTION " + ident + "(" + f.args + ") IS " + marker
 		if err := e.ddl(ctx, conn, "installing function "+f.name, sql); err != nil {
 			return fmt.Errorf("ensuring claim functions of %s: %w", e.table, err)
+		}
+	}
+	return nil
+}
+
+// dropClaim drops the claim functions whose marker names this table; a
+// missing one, or one that is not ours, is left alone. DropTable is to call it
+// (with the positions table) once it has established that the table is ours:
+// DROP TABLE does not drop them, a PL/pgSQL body records no dependency.
+func (e *Engine) dropClaim(ctx context.Context, conn *pgx.Conn) error {
+	for _, f := range claimFuncs(e.table) {
+		var comment *string
+		qctx, cancel := e.bounded(ctx)
+		err := conn.QueryRow(qctx, `
+SELECT obj_description(p.oid, 'pg_proc')
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = $1 AND p.proname = $2 AND oidvectortypes(p.proargtypes) = $3`, e.table.Schema, f.name, f.args).Scan(&comment)
+		cancel()
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("looking up function %s: %w", f.name, err)
+		}
+		if m, ok := parseClaimMarker(comment); !ok || m.ClaimOf != e.table.String() {
+			continue // not ours: never touched
+		}
+		// The single-id function calls the batch one; both go, in either
+		// order (a SQL body's reference is checked only when it runs).
+		sql := "DROP FUNCTION " + pgx.Identifier{e.table.Schema, f.name}.Sanitize() + "(" + f.args + ")"
+		if err := e.ddl(ctx, conn, "dropping function "+f.name, sql); err != nil {
+			return err
 		}
 	}
 	return nil
