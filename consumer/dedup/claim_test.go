@@ -150,6 +150,9 @@ func TestClaimVerdicts(t *testing.T) {
 			if err := pool.QueryRow(ctx, "SELECT "+tbl.ClaimOneFunction()+"($1, 'g3')", idAt(claimDay)).Scan(&v); err != nil || v != "new" {
 				t.Fatalf("claim_one: %q, %v", v, err)
 			}
+			if err := pool.QueryRow(ctx, "SELECT "+tbl.ClaimOneFunction()+"(NULL, 'g3')").Scan(&v); err != nil || v != "not_v7" {
+				t.Fatalf("claim_one(NULL): %q, %v", v, err)
+			}
 			// Empty and NULL arrays: no rows.
 			for _, arg := range []any{[]pgtype.UUID{}, nil} {
 				var n int
@@ -995,5 +998,63 @@ GRANT SELECT ON %[3]s TO %[2]s`, role, reader, tbl)); err != nil {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
 		t.Fatalf("claim as %s (no INSERT): %v, want SQLSTATE 42501", reader, err)
+	}
+}
+
+// TestClaimMarksTransaction: the setting that sends a transaction's later
+// claims down the careful path is transaction-local: set inside, gone after
+// commit, and gone after a rollback to a savepoint taken before the claim.
+func TestClaimMarksTransaction(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_mark", Scope: ScopeGlobal}.WithDefaults()
+	claimTable(t, pool, tbl)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	mark := func() string {
+		t.Helper()
+		var s *string
+		if err := conn.QueryRow(ctx, "SELECT current_setting($1, true)", claimSettingName(tbl)).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, tx, tbl, nil, idAt(claimDay))
+	if m := mark(); m != "claimed" {
+		t.Fatalf("inside the transaction: %q", m)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m := mark(); m != "" {
+		t.Fatalf("after commit: %q", m)
+	}
+	tx, err = conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SAVEPOINT s"); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, tx, tbl, nil, idAt(claimDay))
+	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT s"); err != nil {
+		t.Fatal(err)
+	}
+	if m := mark(); m != "" {
+		t.Fatalf("after rolling back the claim's savepoint: %q", m)
+	}
+	if got := mustClaim(t, tx, tbl, nil, idAt(claimDay)); got[0] != "new" {
+		t.Fatalf("claim after the rollback: %v", got)
 	}
 }
