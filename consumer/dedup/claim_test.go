@@ -1058,3 +1058,47 @@ func TestClaimMarksTransaction(t *testing.T) {
 		t.Fatalf("claim after the rollback: %v", got)
 	}
 }
+
+// TestClaimNotBlockedByLockedPartition: another session holds ACCESS
+// EXCLUSIVE on one partition (a VACUUM FULL, a plain DETACH). A claim of ids
+// in other partitions does not wait for it: the function reads the bounds
+// with pg_get_expr(relpartbound, 0), which opens no partition, and the insert
+// locks only the partitions its rows go to. (The Go Inserter's window read
+// locks every partition and needs its refresh lock timeout for this.)
+func TestClaimNotBlockedByLockedPartition(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_lk", Scope: ScopeGlobal}.WithDefaults()
+	claimTable(t, pool, tbl)
+	locker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(ctx)
+	locked := PartitionName(tbl.Name, Daily, claimDay.AddDate(0, 0, -1))
+	if _, err := locker.Exec(ctx, "LOCK TABLE "+pgx.Identifier{tbl.Schema, locked}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// Two claims: the first-claim path and the careful one.
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := range 2 {
+		got, err := claimIDs(ctx, tx, tbl, nil, idAt(claimDay), idAt(claimDay.AddDate(0, 0, 1)), idAt(claimDay.AddDate(0, 0, 30)))
+		if err != nil {
+			t.Fatalf("claim %d with %s locked: %v", i, locked, err)
+		}
+		if !slices.Equal(got, []string{"new", "new", "outside_window"}) && !slices.Equal(got, []string{"duplicate", "duplicate", "outside_window"}) {
+			t.Fatalf("claim %d: %v", i, got)
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("claims took %s with an unrelated partition locked", d)
+	}
+}
