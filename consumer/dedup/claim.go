@@ -87,7 +87,8 @@ func parseClaimMarker(comment *string) (claimMarker, bool) {
 }
 
 // claimFunc is one function to install: its name, SQL argument types (as
-// format_type prints them, for the lookup) and its full CREATE statement.
+// oidvectortypes prints them, for the lookup), its body and its full CREATE
+// statement.
 type claimFunc struct {
 	name   string
 	args   string // e.g. "uuid[], text"
@@ -120,7 +121,8 @@ AS $idempotency_claim$%s$idempotency_claim$`, pgx.Identifier{t.Schema, one.name}
 // How it stays out of the caller's way:
 //   - Under ScopeConsumerGroup a NULL or empty group is a programming error:
 //     it raises 22023 before anything is inserted (that aborts the caller's
-//     transaction, as any SQL error does).
+//     transaction, as any SQL error does). Under ScopeGlobal the group is
+//     only recorded, and NULL is recorded as ''.
 //   - Ids are classified first (not_v7, outside_window) and only the others
 //     are inserted, distinct and sorted, so two concurrent claims lock
 //     shared ids in the same order and cannot deadlock; ON CONFLICT DO
