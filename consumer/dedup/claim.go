@@ -122,7 +122,7 @@ AS $idempotency_claim$%s$idempotency_claim$`, pgx.Identifier{t.Schema, one.name}
 //   - Under ScopeConsumerGroup a NULL or empty group is a programming error:
 //     it raises 22023 before anything is inserted (that aborts the caller's
 //     transaction, as any SQL error does). Under ScopeGlobal the group is
-//     only recorded, and NULL is recorded as ”.
+//     only recorded, and NULL is recorded as the empty string.
 //   - Ids are classified first (not_v7, outside_window) and only the others
 //     are inserted, distinct and sorted, so two concurrent claims lock
 //     shared ids in the same order and cannot deadlock; ON CONFLICT DO
