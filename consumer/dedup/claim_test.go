@@ -1102,3 +1102,36 @@ func TestClaimNotBlockedByLockedPartition(t *testing.T) {
 		t.Fatalf("claims took %s with an unrelated partition locked", d)
 	}
 }
+
+// TestClaimRepeatableReadDetach: under REPEATABLE READ the transaction's
+// snapshot predates the claim, so it can still show a partition that a
+// plain DETACH removed after it was taken, while the insert routes with the
+// catalog as it is now. The claim must report the id outside the window, not
+// fail with 23514.
+func TestClaimRepeatableReadDetach(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_rr", Scope: ScopeGlobal}.WithDefaults()
+	claimTable(t, pool, tbl)
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	stillUsable(t, tx) // takes the snapshot
+	gone := PartitionName(tbl.Name, Daily, claimDay.AddDate(0, 0, -1))
+	if _, err := pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s DETACH PARTITION %s", tbl, pgx.Identifier{tbl.Schema, gone}.Sanitize())); err != nil {
+		t.Fatal(err)
+	}
+	got, err := claimIDs(ctx, tx, tbl, nil, idAt(claimDay.AddDate(0, 0, -1)), idAt(claimDay))
+	if err != nil {
+		t.Fatalf("claim under REPEATABLE READ after a DETACH: %v", err)
+	}
+	if !slices.Equal(got, []string{"outside_window", "new"}) {
+		t.Fatalf("verdicts %v", got)
+	}
+	stillUsable(t, tx)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
