@@ -145,6 +145,12 @@ func TestClaimVerdicts(t *testing.T) {
 			if got := mustClaim(t, pool, tbl, "g2", in); !slices.Equal(got, []string{wantOther}) {
 				t.Fatalf("claim by another group: %v, want %s", got, wantOther)
 			}
+			// Each group gets new once.
+			for _, g := range []string{"g1", "g2"} {
+				if got := mustClaim(t, pool, tbl, g, in); !slices.Equal(got, []string{"duplicate"}) {
+					t.Fatalf("claim by %s again: %v", g, got)
+				}
+			}
 			// The single-id form.
 			var v string
 			if err := pool.QueryRow(ctx, "SELECT "+tbl.ClaimOneFunction()+"($1, 'g3')", idAt(claimDay)).Scan(&v); err != nil || v != "new" {
@@ -656,10 +662,11 @@ func agreementMid() (lo, hi uuid.UUID) {
 // TestClaimAgreesWithInserter feeds the same 100,000 ids (500 a batch, one
 // transaction each) to the claim function on one table and to the Go runtime
 // (the envelope's version check, then Inserter.Insert) on another with the
-// same partitions, and compares verdict for verdict. The ids mix fresh ids
-// in and around the window, ids next to every bound (inside and outside a
-// millisecond), repeats within and across batches, and ids that are not
-// UUID v7; under ConsumerGroup two groups take turns.
+// same partitions, and compares verdict for verdict (every other batch goes
+// to the function in two calls, the second on its careful path). The ids
+// mix fresh ids in and around the window, ids next to every bound (inside
+// and outside a millisecond), repeats within and across batches, and ids
+// that are not UUID v7; under ConsumerGroup two groups take turns.
 func TestClaimAgreesWithInserter(t *testing.T) {
 	pool := newPool(t)
 	ctx := testCtx(t)
@@ -690,9 +697,21 @@ func TestClaimAgreesWithInserter(t *testing.T) {
 				ids := gen.batch(batch)
 				var sqlV []string
 				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					var err error
-					sqlV, err = claimIDs(ctx, tx, sqlTbl, group, ids...)
-					return err
+					if b%2 == 0 {
+						var err error
+						sqlV, err = claimIDs(ctx, tx, sqlTbl, group, ids...)
+						return err
+					}
+					// Every other batch in two calls, so the second runs the
+					// careful path (the transaction claimed before).
+					for _, part := range [][]uuid.UUID{ids[:batch/3], ids[batch/3:]} {
+						v, err := claimIDs(ctx, tx, sqlTbl, group, part...)
+						if err != nil {
+							return err
+						}
+						sqlV = append(sqlV, v...)
+					}
+					return nil
 				}); err != nil {
 					t.Fatalf("batch %d: claim: %v", b, err)
 				}
