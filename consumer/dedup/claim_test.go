@@ -1195,3 +1195,37 @@ func TestClaimRepeatableReadDetach(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClaimDefaultPartition: a (foreign) DEFAULT partition accepts every id,
+// so nothing is outside the window, for the function as for the Inserter.
+func TestClaimDefaultPartition(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_def", Scope: ScopeConsumerGroup}.WithDefaults()
+	claimTable(t, pool, tbl)
+	if _, err := pool.Exec(ctx, "CREATE TABLE claim_def_other PARTITION OF "+tbl.String()+" DEFAULT"); err != nil {
+		t.Fatal(err)
+	}
+	ids := []uuid.UUID{idAt(claimDay), idAt(claimDay.AddDate(-3, 0, 0)), idAt(claimDay.AddDate(5, 0, 0)), uuid.New()}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if got := mustClaim(t, tx, tbl, "g", ids...); !slices.Equal(got, []string{"new", "new", "new", "not_v7"}) {
+		t.Fatalf("verdicts %v", got)
+	}
+	in, err := NewInserter(tbl, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := in.Insert(ctx, tx, ids[:3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if g := goVerdict(ids[i], res, i); g != "duplicate" {
+			t.Fatalf("Go Inserter after the claim: %s for %s", g, ids[i])
+		}
+	}
+}
