@@ -107,13 +107,13 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 func (r *IdempotentConsumerReconciler) reportDurability(ctx, dctx context.Context, s *reconcileState, store TableStore) {
 	d, err := store.Durability(dctx)
 	if err != nil {
-		r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionUnknown,
+		r.warningCondition(ctx, s, actionCheckDurability, kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionUnknown,
 			kafkav1alpha1.ReasonDurabilityUnknown, "Reading synchronous_commit and pg_stat_replication failed: "+err.Error())
 		return
 	}
 	risks := d.Risks()
 	if len(risks) == 0 {
-		r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionTrue, kafkav1alpha1.ReasonDurable,
+		r.warningCondition(ctx, s, actionCheckDurability, kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionTrue, kafkav1alpha1.ReasonDurable,
 			fmt.Sprintf("synchronous_commit=%s; %d standby(s), none asynchronous", d.SynchronousCommit, len(d.Standbys)))
 		return
 	}
@@ -121,14 +121,9 @@ func (r *IdempotentConsumerReconciler) reportDurability(ctx, dctx context.Contex
 	for i, rk := range risks {
 		msgs[i] = rk.Message
 	}
-	r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionFalse, risks[0].Reason,
+	r.warningCondition(ctx, s, actionCheckDurability, kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionFalse, risks[0].Reason,
 		strings.Join(msgs, "; ")+"; the consumer redoes lost batches from Kafka (positions table) while the topic still holds them")
 }
-
-// ReasonTableAdopted is the reason of the Normal Event recorded when an
-// object takes its table over from the previous owner named in
-// spec.database.adoptFromUID.
-const ReasonTableAdopted = "TableAdopted"
 
 // apiError carries a failure of the Kubernetes API out of a database step,
 // so it is returned from the reconcile (and retried) instead of being
@@ -189,7 +184,7 @@ func (r *IdempotentConsumerReconciler) ensureTable(ctx, dctx context.Context, s 
 	if res.Adopted || len(res.Partitions) > 0 {
 		msg := fmt.Sprintf("Took over table %s from its previous owner %s (spec.database.adoptFromUID): the ownership marker of the table and of %d partition(s) now names this object; its rows are kept",
 			own.Table, from, len(res.Partitions))
-		r.event(obj, corev1.EventTypeNormal, ReasonTableAdopted, "AdoptTable", s.scrub(msg))
+		r.event(obj, corev1.EventTypeNormal, ReasonTableAdopted, actionAdoptTable, s.scrub(msg))
 		log.FromContext(ctx).Info("Adopted table", "table", own.Table, "previousOwner", from, "partitions", len(res.Partitions))
 	}
 	return nil
@@ -269,12 +264,6 @@ func (r *IdempotentConsumerReconciler) secretKey(ctx context.Context, s *reconci
 	s.secretValues[ref] = v
 	s.addSecret(v.value, false)
 	return v, nil, nil
-}
-
-// databaseNotReady records a database problem; stalled problems need a
-// change by someone, transient ones may pass on retry.
-func (r *IdempotentConsumerReconciler) databaseNotReady(ctx context.Context, s *reconcileState, reason, message string, transient bool) {
-	r.notReady(ctx, s, kafkav1alpha1.ConditionDatabaseReady, "ConnectDatabase", "Database not ready", reason, message, transient)
 }
 
 // databaseFailure classifies an error from opening the store or ensuring

@@ -120,7 +120,7 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 			return err
 		}
 		if current == nil {
-			r.event(obj, corev1.EventTypeNormal, "DeploymentCreated", "ApplyDeployment", fmt.Sprintf("Created consumer Deployment %s", name))
+			r.event(obj, corev1.EventTypeNormal, ReasonDeploymentCreated, actionApplyDeployment, fmt.Sprintf("Created consumer Deployment %s", name))
 		}
 		current = applied
 	}
@@ -249,9 +249,4 @@ func (r *IdempotentConsumerReconciler) consumerStatus(s *reconcileState, dep *ap
 		set(metav1.ConditionFalse, kafkav1alpha1.ReasonDeploymentProgressing, msg)
 		s.wait(kafkav1alpha1.ReasonDeploymentProgressing, msg)
 	}
-}
-
-// consumerNotReady records a consumer problem.
-func (r *IdempotentConsumerReconciler) consumerNotReady(ctx context.Context, s *reconcileState, reason, message string, transient bool) {
-	r.notReady(ctx, s, kafkav1alpha1.ConditionConsumerReady, "ApplyDeployment", "Consumer not ready", reason, message, transient)
 }
