@@ -139,24 +139,6 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 	return nil
 }
 
-// readConsumerSecrets reads every Secret key the consumer gets, for the
-// config hash that rolls the pods when a credential changes.
-func (r *IdempotentConsumerReconciler) readConsumerSecrets(ctx context.Context, s *reconcileState) ([]secretValue, *problem, error) {
-	var values []secretValue
-	for i, ref := range secretRefs(s.obj) {
-		if i == 0 && s.databaseURL.value != "" {
-			values = append(values, s.databaseURL)
-			continue
-		}
-		v, prob, err := r.secretKey(ctx, s, ref)
-		if err != nil || prob != nil {
-			return nil, prob, err
-		}
-		values = append(values, v)
-	}
-	return values, nil, nil
-}
-
 // applyDeployment server-side applies the built Deployment: the fields it
 // sets are owned by the operator and drift back on the next apply; fields it
 // leaves out (set by other controllers) are left alone.

@@ -388,32 +388,3 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 	}
 	return env, volumes, mounts
 }
-
-// secretRefs lists every Secret key an object references: the database URL
-// first, then its CA, then Kafka TLS and SASL, then the HTTP sink's
-// authorization.
-func secretRefs(obj *kafkav1alpha1.IdempotentConsumer) []kafkav1alpha1.SecretKeyRef {
-	refs := []kafkav1alpha1.SecretKeyRef{obj.Spec.Database.URLSecretRef}
-	if ref := obj.Spec.Database.CASecretRef; ref != nil {
-		refs = append(refs, *ref)
-	}
-	refs = append(refs, kafkaSecretRefs(obj)...)
-	if h := obj.Spec.Consumer.Sink.HTTP; h != nil && h.AuthorizationSecretRef != nil {
-		refs = append(refs, *h.AuthorizationSecretRef)
-	}
-	return refs
-}
-
-// configHash hashes the values of the referenced Secret keys, in order.
-func configHash(values []secretValue) string {
-	h := sha256.New()
-	for _, v := range values {
-		h.Write([]byte(v.ref.Name))
-		h.Write([]byte{0})
-		h.Write([]byte(v.ref.Key))
-		h.Write([]byte{0})
-		h.Write([]byte(v.value))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:12])
-}

@@ -191,23 +191,6 @@ func retentionMessage(dedupRetention time.Duration, kind, topic string, topicRet
 		dedupRetention, topicRetention, kind, topic, topicRetention)
 }
 
-// kafkaSecretRefs lists the Secret keys the Kafka connection needs: TLS
-// files, then SASL user and password.
-func kafkaSecretRefs(obj *kafkav1alpha1.IdempotentConsumer) []kafkav1alpha1.SecretKeyRef {
-	var refs []kafkav1alpha1.SecretKeyRef
-	if t := obj.Spec.Kafka.TLS; t != nil {
-		for _, r := range []*kafkav1alpha1.SecretKeyRef{t.CASecretRef, t.ClientCertSecretRef, t.ClientKeySecretRef} {
-			if r != nil {
-				refs = append(refs, *r)
-			}
-		}
-	}
-	if s := obj.Spec.Kafka.SASL; s != nil {
-		refs = append(refs, s.UsernameSecretRef, s.PasswordSecretRef)
-	}
-	return refs
-}
-
 // topicFingerprint identifies what an observation depends on: brokers,
 // topics and credentials. A change asks the brokers again at once.
 func topicFingerprint(obj *kafkav1alpha1.IdempotentConsumer, values map[kafkav1alpha1.SecretKeyRef]string) string {
