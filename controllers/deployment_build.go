@@ -110,14 +110,6 @@ type BuildOptions struct {
 // carries a controller owner reference to obj (which must have a UID), so
 // the Deployment is garbage-collected with it.
 func BuildDeployment(obj *kafkav1alpha1.IdempotentConsumer, opts BuildOptions) *appsv1.Deployment {
-	spec := obj.Spec.Consumer
-	image := spec.Image
-	if image == "" {
-		image = opts.DefaultImage
-	}
-	if image == "" {
-		image = DefaultConsumerImage
-	}
 	selector := SelectorLabels(obj)
 	labels := map[string]string{
 		LabelComponent: "consumer",
@@ -125,98 +117,11 @@ func BuildDeployment(obj *kafkav1alpha1.IdempotentConsumer, opts BuildOptions) *
 		LabelPartOf:    "idempotency-operator",
 	}
 	maps.Copy(labels, selector)
-
-	podLabels := map[string]string{}
-	podAnnotations := map[string]string{}
-	pt := spec.PodTemplate
+	pt := obj.Spec.Consumer.PodTemplate
 	if pt == nil {
 		pt = &kafkav1alpha1.PodTemplateOverrides{}
 	}
-	maps.Copy(podLabels, pt.Labels)
-	maps.Copy(podLabels, labels) // ours win
-	maps.Copy(podAnnotations, pt.Annotations)
-	if opts.ConfigHash != "" {
-		podAnnotations[AnnotationConfigHash] = opts.ConfigHash
-	}
-	if len(podAnnotations) == 0 {
-		podAnnotations = nil
-	}
-
-	env, volumes, mounts := consumerEnv(obj)
-	volumes = append([]corev1.Volume{{
-		Name:         tmpVolume,
-		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}},
-	}}, volumes...)
-	mounts = append([]corev1.VolumeMount{{Name: tmpVolume, MountPath: "/tmp"}}, mounts...)
-
-	resources := corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("50m"),
-			corev1.ResourceMemory: resource.MustParse("64Mi"),
-		},
-		Limits: corev1.ResourceList{
-			corev1.ResourceMemory: resource.MustParse("256Mi"),
-		},
-	}
-	if spec.Resources != nil {
-		resources = *spec.Resources.DeepCopy()
-	}
-	probe := func(p string, period, failures int32) *corev1.Probe {
-		return &corev1.Probe{
-			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-				Path: p, Port: intstr.FromString(consumerPortName), Scheme: corev1.URISchemeHTTP,
-			}},
-			PeriodSeconds:    period,
-			TimeoutSeconds:   2,
-			FailureThreshold: failures,
-		}
-	}
-
-	container := corev1.Container{
-		Name:            consumerContainer,
-		Image:           image,
-		ImagePullPolicy: spec.ImagePullPolicy,
-		Env:             env,
-		Ports: []corev1.ContainerPort{{
-			Name: consumerPortName, ContainerPort: consumerPort, Protocol: corev1.ProtocolTCP,
-		}},
-		Resources:      resources,
-		VolumeMounts:   mounts,
-		StartupProbe:   probe("/healthz", 2, 30),
-		LivenessProbe:  probe("/healthz", 10, 3),
-		ReadinessProbe: probe("/readyz", 5, 3),
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			Privileged:               ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			RunAsNonRoot:             ptr.To(true),
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-	}
-
-	podSpec := corev1.PodSpec{
-		Containers:                    []corev1.Container{container},
-		Volumes:                       volumes,
-		ServiceAccountName:            pt.ServiceAccountName,
-		AutomountServiceAccountToken:  ptr.To(false), // the consumer never talks to the API server
-		EnableServiceLinks:            ptr.To(false),
-		TerminationGracePeriodSeconds: ptr.To(int64(45)), // the consumer's shutdown timeout is 30s
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot:   ptr.To(true),
-			RunAsUser:      ptr.To(int64(consumerUID)),
-			RunAsGroup:     ptr.To(int64(consumerUID)),
-			FSGroup:        ptr.To(int64(consumerUID)),
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		NodeSelector:              maps.Clone(pt.NodeSelector),
-		Tolerations:               slices.Clone(pt.Tolerations),
-		Affinity:                  pt.Affinity.DeepCopy(),
-		TopologySpreadConstraints: slices.Clone(pt.TopologySpreadConstraints),
-		PriorityClassName:         pt.PriorityClassName,
-		ImagePullSecrets:          slices.Clone(pt.ImagePullSecrets),
-	}
+	podLabels, podAnnotations := podMetadata(pt, labels, opts.ConfigHash)
 
 	dep := &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
@@ -248,7 +153,7 @@ func BuildDeployment(obj *kafkav1alpha1.IdempotentConsumer, opts BuildOptions) *
 			},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: podAnnotations},
-				Spec:       podSpec,
+				Spec:       consumerPodSpec(obj, pt, opts.DefaultImage),
 			},
 		},
 	}
@@ -257,6 +162,116 @@ func BuildDeployment(obj *kafkav1alpha1.IdempotentConsumer, opts BuildOptions) *
 	}
 	dep.Annotations = map[string]string{AnnotationSpecHash: specHash(dep)}
 	return dep
+}
+
+// podMetadata is the pod template's labels (the user's, then ours, which
+// win) and annotations (the user's and the config hash; nil when empty).
+func podMetadata(pt *kafkav1alpha1.PodTemplateOverrides, labels map[string]string, configHash string) (map[string]string, map[string]string) {
+	podLabels := map[string]string{}
+	podAnnotations := map[string]string{}
+	maps.Copy(podLabels, pt.Labels)
+	maps.Copy(podLabels, labels) // ours win
+	maps.Copy(podAnnotations, pt.Annotations)
+	if configHash != "" {
+		podAnnotations[AnnotationConfigHash] = configHash
+	}
+	if len(podAnnotations) == 0 {
+		podAnnotations = nil
+	}
+	return podLabels, podAnnotations
+}
+
+// consumerPodSpec is the pod spec: the consumer container, its volumes, a
+// restricted security context, and the scheduling fields of the pod
+// template overrides.
+func consumerPodSpec(obj *kafkav1alpha1.IdempotentConsumer, pt *kafkav1alpha1.PodTemplateOverrides, defaultImage string) corev1.PodSpec {
+	env, volumes, mounts := consumerEnv(obj)
+	volumes = append([]corev1.Volume{{
+		Name:         tmpVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}},
+	}}, volumes...)
+	mounts = append([]corev1.VolumeMount{{Name: tmpVolume, MountPath: "/tmp"}}, mounts...)
+
+	return corev1.PodSpec{
+		Containers:                    []corev1.Container{buildConsumerContainer(obj.Spec.Consumer, defaultImage, env, mounts)},
+		Volumes:                       volumes,
+		ServiceAccountName:            pt.ServiceAccountName,
+		AutomountServiceAccountToken:  ptr.To(false), // the consumer never talks to the API server
+		EnableServiceLinks:            ptr.To(false),
+		TerminationGracePeriodSeconds: ptr.To(int64(45)), // the consumer's shutdown timeout is 30s
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   ptr.To(true),
+			RunAsUser:      ptr.To(int64(consumerUID)),
+			RunAsGroup:     ptr.To(int64(consumerUID)),
+			FSGroup:        ptr.To(int64(consumerUID)),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		NodeSelector:              maps.Clone(pt.NodeSelector),
+		Tolerations:               slices.Clone(pt.Tolerations),
+		Affinity:                  pt.Affinity.DeepCopy(),
+		TopologySpreadConstraints: slices.Clone(pt.TopologySpreadConstraints),
+		PriorityClassName:         pt.PriorityClassName,
+		ImagePullSecrets:          slices.Clone(pt.ImagePullSecrets),
+	}
+}
+
+// buildConsumerContainer is the consumer container: image (spec, else the
+// operator's default, else the one released with it), default resources
+// unless the spec sets them, probes on the consumer's HTTP port, and a
+// restricted security context.
+func buildConsumerContainer(spec kafkav1alpha1.ConsumerSpec, defaultImage string, env []corev1.EnvVar, mounts []corev1.VolumeMount) corev1.Container {
+	image := spec.Image
+	if image == "" {
+		image = defaultImage
+	}
+	if image == "" {
+		image = DefaultConsumerImage
+	}
+	resources := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("50m"),
+			corev1.ResourceMemory: resource.MustParse("64Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceMemory: resource.MustParse("256Mi"),
+		},
+	}
+	if spec.Resources != nil {
+		resources = *spec.Resources.DeepCopy()
+	}
+	probe := func(p string, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: p, Port: intstr.FromString(consumerPortName), Scheme: corev1.URISchemeHTTP,
+			}},
+			PeriodSeconds:    period,
+			TimeoutSeconds:   2,
+			FailureThreshold: failures,
+		}
+	}
+	return corev1.Container{
+		Name:            consumerContainer,
+		Image:           image,
+		ImagePullPolicy: spec.ImagePullPolicy,
+		Env:             env,
+		Ports: []corev1.ContainerPort{{
+			Name: consumerPortName, ContainerPort: consumerPort, Protocol: corev1.ProtocolTCP,
+		}},
+		Resources:      resources,
+		VolumeMounts:   mounts,
+		StartupProbe:   probe("/healthz", 2, 30),
+		LivenessProbe:  probe("/healthz", 10, 3),
+		ReadinessProbe: probe("/readyz", 5, 3),
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			Privileged:               ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			RunAsNonRoot:             ptr.To(true),
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
 }
 
 // specHash hashes the built Deployment's labels and spec.
