@@ -215,8 +215,14 @@ func TestBuildDeploymentOrderingAndMemoryLimit(t *testing.T) {
 
 func TestConsumerEnvNamesAreTheConsumersOwn(t *testing.T) {
 	// The builder names variables only through consumer/envvars; a literal
-	// CONSUMER_ name in this package would bypass the shared contract.
+	// CONSUMER_ name in this package or the builders' would bypass the
+	// shared contract.
 	files, _ := filepath.Glob("*.go")
+	builders, _ := filepath.Glob(filepath.Join("objects", "*.go"))
+	if !slices.Contains(builders, filepath.Join("objects", "deployment.go")) {
+		t.Fatalf("the Deployment builder is not where this test looks: %q", builders)
+	}
+	files = append(files, builders...)
 	re := regexp.MustCompile(`"CONSUMER_[A-Z_]+"`)
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
