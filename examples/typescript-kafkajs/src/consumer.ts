@@ -90,6 +90,9 @@ class App {
       sessionTimeout: cfg.sessionTimeoutMs,
       heartbeatInterval: Math.max(50, Math.floor(cfg.sessionTimeoutMs / 10)),
       rebalanceTimeout: Math.max(cfg.sessionTimeoutMs, 10000),
+      // How long a fetch waits for records: also how long disconnect() can
+      // take, so short enough for a quick shutdown.
+      maxWaitTimeInMs: 1000,
       allowAutoTopicCreation: false,
     });
     this.producer = this.kafka.producer({ allowAutoTopicCreation: false });
