@@ -122,7 +122,7 @@ func TestTypeScriptConsumer(t *testing.T) {
 	if _, err := pool.Exec(ctx, string(ledgerSQL)); err != nil {
 		t.Fatalf("creating the ledger: %v", err)
 	}
-	claimFn := table.Schema + "." + table.Name + "_claim_one"
+	claimFn := table.ClaimOneFunction() // what the operator publishes
 
 	// The broker, the topics and the records.
 	brokers := startBroker(t)
