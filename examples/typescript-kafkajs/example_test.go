@@ -28,13 +28,13 @@ const (
 	topic      = "payments"
 	dlqTopic   = "payments.dlq"
 	partitions = 4
-	uniqueIDs  = 1200
-	duplicates = 400 // 25% of the 1,600 valid records
+	uniqueIDs  = 600
+	duplicates = 200 // 25% of the 800 valid records
 	// The two services (consumer groups) sharing one ConsumerGroup-scoped table.
 	billing = "billing"
 	rewards = "rewards"
 	// The n-th charge of billing at which the first billing process is killed.
-	killAt = 300
+	killAt = 150
 )
 
 // table is the dedup table, as an IdempotentConsumer with schema billing
@@ -50,12 +50,12 @@ type record struct {
 
 // TestTypeScriptConsumer builds the example, creates the dedup table with the
 // operator's engine and runs node consumers of two groups on it:
-//   - 1,200 events produced as 1,600 records (25% duplicates, half of them on
+//   - 600 events produced as 800 records (25% duplicates, half of them on
 //     another partition than the original), plus an out-of-window id, a UUID v4
 //     id, a non-JSON value and a value without an id in the middle of
 //     partition 0;
 //   - billing: its first process is kill -9ed while the provider holds its
-//     300th charge (after the charge, before the database commit), then two
+//     150th charge (after the charge, before the database commit), then two
 //     processes finish the topic; rewards: one process, at the same time;
 //   - each group charged every event exactly once, wrote one ledger row per
 //     event, dead-lettered the four bad records, and partition 0 went past
@@ -65,7 +65,7 @@ type record struct {
 func TestTypeScriptConsumer(t *testing.T) {
 	node, npm := requireNode(t)
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
 	// The build runs while PostgreSQL and the broker start.
@@ -180,7 +180,7 @@ func TestTypeScriptConsumer(t *testing.T) {
 	var heldKey string
 	select {
 	case heldKey = <-hold.held:
-	case <-time.After(60 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatalf("billing-1 never made charge %d\n%s", killAt, a1.tail(4000))
 	}
 	a1.kill9()
@@ -188,7 +188,7 @@ func TestTypeScriptConsumer(t *testing.T) {
 	t.Logf("kill -9 of billing-1 while charge %d (%s) was held, at %s", killAt, heldKey, time.Since(start).Round(time.Millisecond))
 	a2 := startProc(t, node, dir, "billing-2", env(billing, "billing-2"))
 	a3 := startProc(t, node, dir, "billing-3", env(billing, "billing-3"))
-	waitFor(t, 90*time.Second, "billing and rewards to commit every record", func() (bool, error) {
+	waitFor(t, 3*time.Minute, "billing and rewards to commit every record", func() (bool, error) {
 		ok1, err := lag(billing)
 		if err != nil || !ok1 {
 			return false, err
@@ -253,7 +253,7 @@ func TestTypeScriptConsumer(t *testing.T) {
 	stopAll(t, a2, a3, b1)
 	r1 := startProc(t, node, dir, "billing-replay", env(billing, "billing-replay", "RESET_OFFSETS", "earliest"))
 	waitFor(t, 30*time.Second, "the replay to reset billing's offsets", func() (bool, error) { return r1.logged("offsets reset to earliest"), nil })
-	waitFor(t, 60*time.Second, "the replay to commit every record", func() (bool, error) { return lag(billing) })
+	waitFor(t, 2*time.Minute, "the replay to commit every record", func() (bool, error) { return lag(billing) })
 	r1.stop(t)
 	counts := r1.lastCounts()
 	if counts["duplicate"] != valid || counts["new"] != 0 {
@@ -313,7 +313,7 @@ func makeRecords(t *testing.T) (recs []record, ids map[string]bool, outsideID, v
 		})
 		return b
 	}
-	// Which of the 1,600 valid records are duplicates: 400, none first. A
+	// Which of the valid records are duplicates (none first). A
 	// duplicate copies an earlier record, on its partition or (every other
 	// one) on another (a producer retry after a partition change, or two
 	// producers of one event).

@@ -18,7 +18,7 @@
 // kafkajs after a few attempts; it retries and restarts the consumer, which
 // resumes from the last committed offset. A verdict is never thrown.
 import 'reflect-metadata';
-import { Consumer, IHeaders, Kafka, KafkaMessage, logLevel, Producer } from 'kafkajs';
+import { Consumer, IHeaders, Kafka, KafkaMessage, logLevel, Partitioners, Producer } from 'kafkajs';
 import { DataSource } from 'typeorm';
 import { claimOne, Verdict } from './claim';
 import { Config, loadConfig, Policy } from './config';
@@ -95,7 +95,9 @@ class App {
       maxWaitTimeInMs: 1000,
       allowAutoTopicCreation: false,
     });
-    this.producer = this.kafka.producer({ allowAutoTopicCreation: false });
+    // Dead letters keep the original key; the v2 default partitioner, named
+    // so that kafkajs does not warn about its change from v1.
+    this.producer = this.kafka.producer({ allowAutoTopicCreation: false, createPartitioner: Partitioners.DefaultPartitioner });
     this.db = new DataSource({
       type: 'postgres',
       url: cfg.databaseUrl,
