@@ -181,3 +181,417 @@ func TestClaimGroupRequired(t *testing.T) {
 		t.Fatalf("global claim without group: %v", got)
 	}
 }
+
+// v7At returns the smallest (low) or largest (!low) UUID v7 stamped in the
+// millisecond of tm: the ids nearest to a partition bound.
+func v7At(tm time.Time, low bool) uuid.UUID {
+	u := BoundaryUUID(tm)
+	fill := byte(0x00)
+	if !low {
+		fill = 0xff
+	}
+	for i := 6; i < 16; i++ {
+		u[i] = fill
+	}
+	u[6] = 0x70 | u[6]&0x0f
+	u[8] = 0x80 | u[8]&0x3f
+	return u
+}
+
+// TestClaimBoundaries claims the ids nearest to every bound of the window:
+// the lower bound is inclusive, the upper exclusive, and past the newest
+// partition's upper bound (and before the oldest's lower) is outside.
+func TestClaimBoundaries(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_b", Scope: ScopeConsumerGroup, Interval: Daily}.WithDefaults()
+	e := claimTable(t, pool, tbl)
+	st, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Partitions) < 3 {
+		t.Fatalf("want at least 3 partitions, have %v", partitionNames(st.Partitions))
+	}
+	var ids []uuid.UUID
+	var want []string
+	add := func(id uuid.UUID, v string) { ids = append(ids, id); want = append(want, v) }
+	for i, p := range st.Partitions {
+		from, to, ok := p.TimeRange()
+		if !ok {
+			t.Fatalf("partition %s has no time range", p.Name)
+		}
+		if i == 0 {
+			add(v7At(from.Add(-time.Millisecond), false), "outside_window") // just below the oldest bound
+		}
+		add(v7At(from, true), "new")                       // the lower bound is inclusive
+		add(v7At(to.Add(-time.Millisecond), false), "new") // the last id below the upper bound
+		add(BoundaryUUID(from), "not_v7")                  // the bound itself: version 0
+		if i == len(st.Partitions)-1 {
+			add(v7At(to, true), "outside_window") // the newest upper bound is exclusive
+			add(uuid.Max, "not_v7")
+		}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if got := mustClaim(t, tx, tbl, "g", ids...); !slices.Equal(got, want) {
+		t.Fatalf("verdicts\n got %v\nwant %v", got, want)
+	}
+	stillUsable(t, tx)
+	// The Go Inserter, on the same transaction, sees the same window: every
+	// id the function took is a duplicate for it, every outside id outside.
+	in, err := NewInserter(tbl, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := in.Insert(ctx, tx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		if got := goVerdict(id, res, i); want[i] != "not_v7" && got != map[string]string{"new": "duplicate", "outside_window": "outside_window"}[want[i]] {
+			t.Errorf("id %s: Go Inserter %s after the function's %s", id, got, want[i])
+		}
+	}
+}
+
+// goVerdict is the verdict the Go runtime gives ids[i]: not_v7 by the
+// envelope's rule (version 7, RFC 9562 variant), else from res.
+func goVerdict(id uuid.UUID, res BatchResult, i int) string {
+	switch {
+	case id.Version() != 7 || id.Variant() != uuid.RFC4122:
+		return "not_v7"
+	case res.Outside[i]:
+		return "outside_window"
+	case res.Fresh[i]:
+		return "new"
+	}
+	return "duplicate"
+}
+
+// TestClaimPartitionGone claims an id, then its partition expires (detached
+// and dropped) and, on another table, is left pending detach: in both cases
+// the id is outside the window for the function and the Go Inserter alike,
+// and the caller's transaction goes on.
+func TestClaimPartitionGone(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_gone", Scope: ScopeGlobal, Interval: Hourly}.WithDefaults()
+	e := newEngine(t, pool, tbl, WithLockTimeout(200*time.Millisecond), WithAttempts(2), WithBackoff(20*time.Millisecond, 50*time.Millisecond))
+	start := time.Date(2024, 6, 1, 12, 0, 0, 0, time.UTC)
+	const premake, retention = 1, 3 * time.Hour
+	if _, err := e.Maintain(ctx, start, premake, retention); err != nil {
+		t.Fatal(err)
+	}
+	oldID := idAt(start.Add(-3 * time.Hour)) // in the oldest partition
+	keep := idAt(start)
+	if got := mustClaim(t, pool, tbl, "g", oldID, keep); !slices.Equal(got, []string{"new", "new"}) {
+		t.Fatalf("first claim: %v", got)
+	}
+	in, err := NewInserter(tbl, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Pending detach: a reader makes the second phase of DETACH
+	// CONCURRENTLY wait; the lock timeout leaves the partition pending.
+	reader, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	if _, err := reader.Exec(ctx, "SELECT count(*) FROM "+tbl.String()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Maintain(ctx, start.Add(time.Hour), premake, retention); !IsRetryable(err) {
+		t.Fatalf("Maintain behind a reader = %v, want a retryable lock error", err)
+	}
+	st, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(st.Partitions, func(p ObservedPartition) bool { return p.DetachPending }) {
+		t.Fatalf("no partition pending detach: %+v", st.Partitions)
+	}
+	check := func(stage string) {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		fresh := idAt(start.Add(time.Hour))
+		ids := []uuid.UUID{oldID, keep, fresh}
+		got := mustClaim(t, tx, tbl, "g", ids...)
+		if want := []string{"outside_window", "duplicate", "new"}; !slices.Equal(got, want) {
+			t.Fatalf("%s: verdicts %v, want %v", stage, got, want)
+		}
+		stillUsable(t, tx)
+		// A second claim in the same transaction (the careful path).
+		if got := mustClaim(t, tx, tbl, "g", oldID, fresh); !slices.Equal(got, []string{"outside_window", "duplicate"}) {
+			t.Fatalf("%s: second claim %v", stage, got)
+		}
+		stillUsable(t, tx)
+		res, err := in.Insert(ctx, tx, ids)
+		if err != nil {
+			t.Fatalf("%s: Go Inserter: %v", stage, err)
+		}
+		for i, id := range ids {
+			if g := goVerdict(id, res, i); g != map[int]string{0: "outside_window", 1: "duplicate", 2: "duplicate"}[i] {
+				t.Fatalf("%s: Go Inserter says %s for %s", stage, g, id)
+			}
+		}
+	}
+	check("pending detach")
+	if err := reader.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Maintain(ctx, start.Add(time.Hour), premake, retention)
+	if err != nil || len(res.Dropped) == 0 {
+		t.Fatalf("Maintain after the reader: dropped %v, %v", res.Dropped, err)
+	}
+	check("detached and dropped")
+}
+
+// TestClaimPartitionAttachedDuringTransaction: a transaction that already
+// holds the table's lock does not see a partition attached since (its cached
+// partition descriptor is not refreshed), so a plain INSERT of an id of that
+// partition fails with 23514 although the catalog shows the partition. The
+// claim function must not fail there: it reports the id outside the window
+// and the transaction goes on; a new transaction gets it as new.
+func TestClaimPartitionAttachedDuringTransaction(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_att", Scope: ScopeConsumerGroup, Interval: Daily}.WithDefaults()
+	e := claimTable(t, pool, tbl)
+	later := claimDay.AddDate(0, 0, 5)
+	id := idAt(later)
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if got := mustClaim(t, tx, tbl, "g", idAt(claimDay), id); !slices.Equal(got, []string{"new", "outside_window"}) {
+		t.Fatalf("before the attach: %v", got)
+	}
+	// Another session attaches the partitions up to later+1 day (ATTACH
+	// takes SHARE UPDATE EXCLUSIVE, which the claim's lock does not block).
+	if _, err := e.Maintain(ctx, later, 1, 30*24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// What PostgreSQL does to a plain insert in this transaction.
+	if _, err := tx.Exec(ctx, "SAVEPOINT plain"); err != nil {
+		t.Fatal(err)
+	}
+	_, plainErr := tx.Exec(ctx, "INSERT INTO "+tbl.String()+" (event_id, consumer_group) VALUES ($1, 'other')", idAt(later))
+	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT plain"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("plain insert into the newly attached partition in the old transaction: %v", plainErr)
+
+	got := mustClaim(t, tx, tbl, "g", id, id)
+	stillUsable(t, tx)
+	if isCheckViolation(plainErr) {
+		if !slices.Equal(got, []string{"outside_window", "outside_window"}) {
+			t.Fatalf("after the attach, stale descriptor: %v, want outside_window twice", got)
+		}
+	} else if plainErr != nil {
+		t.Fatalf("plain insert: %v", plainErr)
+	} else if !slices.Equal(got, []string{"new", "duplicate"}) {
+		t.Fatalf("after the attach: %v", got)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := "new"
+	if !isCheckViolation(plainErr) {
+		want = "duplicate"
+	}
+	if got := mustClaim(t, pool, tbl, "g", id); !slices.Equal(got, []string{want}) {
+		t.Fatalf("in a new transaction: %v, want %s", got, want)
+	}
+}
+
+// TestClaimSubpartitionedGap attaches a foreign partition that is itself
+// partitioned and leaves a gap inside its bounds: no leaf accepts an id in
+// the gap, although the partition's bounds cover it. The function reports
+// it outside the window instead of failing (the Go Inserter fails with
+// 23514 there, its transaction still usable), and records the others.
+func TestClaimSubpartitionedGap(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_sub", Scope: ScopeConsumerGroup, Interval: Daily}.WithDefaults()
+	claimTable(t, pool, tbl)
+	lo, mid, hi := claimDay.AddDate(0, 0, 10), claimDay.AddDate(0, 0, 11), claimDay.AddDate(0, 0, 12)
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`
+CREATE TABLE foreign_sub PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s') PARTITION BY RANGE (event_id);
+CREATE TABLE foreign_sub_a PARTITION OF foreign_sub FOR VALUES FROM ('%s') TO ('%s')`,
+		tbl, BoundaryUUID(lo), BoundaryUUID(hi), BoundaryUUID(lo), BoundaryUUID(mid))); err != nil {
+		t.Fatal(err)
+	}
+	inLeaf, inGap, inDay := idAt(lo.Add(time.Hour)), idAt(mid.Add(time.Hour)), idAt(claimDay)
+	ids := []uuid.UUID{inGap, inLeaf, inDay, inGap, inLeaf, notV7(4), idAt(hi.AddDate(0, 0, 3))}
+	want := []string{"outside_window", "new", "new", "outside_window", "duplicate", "not_v7", "outside_window"}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for round, w := range [][]string{want, {"outside_window", "duplicate", "duplicate", "outside_window", "duplicate", "not_v7", "outside_window"}} {
+		if got := mustClaim(t, tx, tbl, "g", ids...); !slices.Equal(got, w) {
+			t.Fatalf("round %d: verdicts %v, want %v", round, got, w)
+		}
+		stillUsable(t, tx)
+	}
+	in, err := NewInserter(tbl, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Insert(ctx, tx, []uuid.UUID{inGap}); !isCheckViolation(err) {
+		t.Fatalf("Go Inserter on the gap: %v, want 23514", err)
+	}
+	stillUsable(t, tx)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, pool, tbl.String()); n != 2 {
+		t.Fatalf("%d rows, want 2", n)
+	}
+}
+
+// waitingClaims counts the sessions whose claim waits on another
+// transaction (a concurrent uncommitted insert of the same id).
+func waitingClaims(ctx context.Context, pool *pgxpool.Pool, fn string) int {
+	var n int
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+		AND wait_event_type = 'Lock' AND wait_event = 'transactionid' AND query LIKE '%' || $1 || '%'`, fn).Scan(&n)
+	return n
+}
+
+// TestClaimConcurrent: two sessions claim one id. The second waits for the
+// first's transaction and reports duplicate if it commits, new if it rolls
+// back; exactly one row either way. Under ConsumerGroup a second group is
+// not held up at all.
+func TestClaimConcurrent(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	for _, scope := range []Scope{ScopeGlobal, ScopeConsumerGroup} {
+		tbl := Table{Name: "claim_conc_" + map[Scope]string{ScopeGlobal: "g", ScopeConsumerGroup: "cg"}[scope], Scope: scope}.WithDefaults()
+		claimTable(t, pool, tbl)
+		for _, firstCommits := range []bool{true, false} {
+			name := fmt.Sprintf("%s/first %s", scope, map[bool]string{true: "commits", false: "rolls back"}[firstCommits])
+			t.Run(name, func(t *testing.T) {
+				id := idAt(claimDay)
+				tx1, err := pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx1.Rollback(ctx)
+				if got := mustClaim(t, tx1, tbl, "g", id); got[0] != "new" {
+					t.Fatalf("first claim: %v", got)
+				}
+				type outcome struct {
+					v   []string
+					err error
+				}
+				done := make(chan outcome, 1)
+				go func() {
+					var v []string
+					err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						var err error
+						if v, err = claimIDs(ctx, tx, tbl, "g", id); err != nil {
+							return err
+						}
+						_, err = tx.Exec(ctx, "SELECT 1") // still usable
+						return err
+					})
+					done <- outcome{v, err}
+				}()
+				waitFor(t, func() bool { return waitingClaims(ctx, pool, tbl.Name+claimSuffix) == 1 }, "the second claim waiting on the first transaction")
+				select {
+				case o := <-done:
+					t.Fatalf("second claim returned while the first was open: %v %v", o.v, o.err)
+				default:
+				}
+				if scope == ScopeConsumerGroup {
+					// Another group's claim of the same id does not wait.
+					if got := mustClaim(t, pool, tbl, "other", id); got[0] != "new" {
+						t.Fatalf("other group: %v", got)
+					}
+				}
+				if firstCommits {
+					err = tx1.Commit(ctx)
+				} else {
+					err = tx1.Rollback(ctx)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				o := recvWithin(t, done, time.Minute, "the second claim to return after the first ended")
+				if o.err != nil {
+					t.Fatal(o.err)
+				}
+				want := map[bool]string{true: "duplicate", false: "new"}[firstCommits]
+				if o.v[0] != want {
+					t.Fatalf("second claim %v, want %s", o.v, want)
+				}
+				var n int
+				if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+tbl.String()+" WHERE event_id = $1 AND consumer_group = 'g'", id).Scan(&n); err != nil || n != 1 {
+					t.Fatalf("%d rows of group g for the id (err %v), want 1", n, err)
+				}
+			})
+		}
+	}
+}
+
+// TestClaimNoDeadlock: claims insert their ids in sorted order, so a claim
+// of (b, a) waiting on a session that holds a does not hold b meanwhile, and
+// that session can go on to claim b. Unsorted, the two would deadlock.
+func TestClaimNoDeadlock(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_dl", Scope: ScopeGlobal}.WithDefaults()
+	claimTable(t, pool, tbl)
+	a, b := idAt(claimDay), idAt(claimDay.Add(time.Hour))
+	if lessUUID(b, a) {
+		a, b = b, a
+	}
+	tx1, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx1.Rollback(ctx)
+	if got := mustClaim(t, tx1, tbl, "g", a); got[0] != "new" {
+		t.Fatalf("claim a: %v", got)
+	}
+	done := make(chan error, 1)
+	var v []string
+	go func() {
+		done <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			v, err = claimIDs(ctx, tx, tbl, "g", b, a)
+			return err
+		})
+	}()
+	waitFor(t, func() bool { return waitingClaims(ctx, pool, tbl.Name+claimSuffix) == 1 }, "the claim of (b, a) waiting")
+	got, err := claimIDs(ctx, tx1, tbl, "g", b)
+	if err != nil {
+		t.Fatalf("claim b while (b, a) waits: %v", err)
+	}
+	if got[0] != "new" {
+		t.Fatalf("claim b: %v", got)
+	}
+	if err := tx1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recvWithin(t, done, time.Minute, "the claim of (b, a)"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(v, []string{"duplicate", "duplicate"}) {
+		t.Fatalf("claim of (b, a): %v", v)
+	}
+}
