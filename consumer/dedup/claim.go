@@ -87,7 +87,8 @@ func parseClaimMarker(comment *string) (claimMarker, bool) {
 }
 
 // claimFunc is one function to install: its name, SQL argument types (as
-// format_type prints them, for the lookup) and its full CREATE statement.
+// oidvectortypes prints them, for the lookup), its body and its full CREATE
+// statement.
 type claimFunc struct {
 	name   string
 	args   string // e.g. "uuid[], text"
@@ -120,7 +121,8 @@ AS $idempotency_claim$%s$idempotency_claim$`, pgx.Identifier{t.Schema, one.name}
 // How it stays out of the caller's way:
 //   - Under ScopeConsumerGroup a NULL or empty group is a programming error:
 //     it raises 22023 before anything is inserted (that aborts the caller's
-//     transaction, as any SQL error does).
+//     transaction, as any SQL error does). Under ScopeGlobal the group is
+//     only recorded, and NULL is recorded as the empty string.
 //   - Ids are classified first (not_v7, outside_window) and only the others
 //     are inserted, distinct and sorted, so two concurrent claims lock
 //     shared ids in the same order and cannot deadlock; ON CONFLICT DO
@@ -176,7 +178,7 @@ func claimBody(t Table) string {
                                     JOIN pg_catalog.pg_namespace n ON n.oid = p.relnamespace
                                    WHERE n.nspname = %s AND p.relname = %s)
                AND NOT i.inhdetachpending) AS b
-  ), ranges AS (
+  ), ranges AS MATERIALIZED (
     SELECT r.dflt,
            r.m[1] = 'MINVALUE' AS lo_min,
            pg_catalog.substring(r.m[1], '^''([0-9a-f-]{36})''(?:::uuid)?$')::uuid AS lo,
@@ -208,8 +210,13 @@ func claimBody(t Table) string {
                                 THEN 'new' ELSE 'duplicate' END) AS v
       FROM cls LEFT JOIN ins ON ins.event_id = cls.id
   )
-  SELECT pg_catalog.array_agg(res.id ORDER BY res.ord), pg_catalog.array_agg(res.v ORDER BY res.ord)
-    INTO _ids, _verdicts FROM res;`, parent)
+  `, parent)
+	// The fast path returns the rows as the statement makes them; the
+	// careful one collects them first, so that nothing is returned from a
+	// statement the EXCEPTION block undoes.
+	claimReturn := "\n  RETURN QUERY" + claimAll + "SELECT res.id, res.v FROM res ORDER BY res.ord;"
+	claimCollect := claimAll + `SELECT pg_catalog.array_agg(res.id ORDER BY res.ord), pg_catalog.array_agg(res.v ORDER BY res.ord)
+    INTO _ids, _verdicts FROM res;`
 
 	classifyOnly := classify + `
   SELECT pg_catalog.array_agg(cls.id ORDER BY cls.ord), pg_catalog.array_agg(cls.v ORDER BY cls.ord)
@@ -220,7 +227,8 @@ func claimBody(t Table) string {
 		"{parent}", parent,
 		"{schema}", lit(t.Schema),
 		"{table}", lit(t.Name),
-		"{claim_all}", claimAll,
+		"{claim_return}", claimReturn,
+		"{claim_collect}", claimCollect,
 		"{classify_only}", classifyOnly,
 	).Replace(`
 #variable_conflict use_column
@@ -252,40 +260,40 @@ BEGIN{scope_check}
                   AND c.relkind = 'p');
   LOCK TABLE ONLY {parent} IN ROW EXCLUSIVE MODE;
   PERFORM pg_catalog.set_config({setting}, 'claimed', true);
-  IF NOT _careful THEN{claim_all}
-  ELSE
-    BEGIN{claim_all}
-    EXCEPTION WHEN check_violation THEN
-      -- Some id no partition accepts after all: record the ids one at a
-      -- time, in order, and report those refused as outside the window.
-      {classify_only}
-      SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO _todo
-        FROM ROWS FROM (pg_catalog.unnest(_ids), pg_catalog.unnest(_verdicts)) AS u(id, v) WHERE u.v IS NULL;
-      FOREACH _id IN ARRAY coalesce(_todo, '{}') LOOP
-        BEGIN
-          INSERT INTO {parent} AS t (event_id, consumer_group) VALUES (_id, _grp)
-          ON CONFLICT DO NOTHING RETURNING t.event_id INTO _got;
-          IF FOUND THEN
-            _fresh := _fresh || _id;
-          END IF;
-        EXCEPTION WHEN check_violation THEN
-          _gone := _gone || _id;
-        END;
-      END LOOP;
-      FOR i IN 1 .. pg_catalog.cardinality(_ids) LOOP
-        IF _verdicts[i] IS NULL THEN
-          IF _ids[i] = ANY (_gone) THEN
-            _verdicts[i] := 'outside_window';
-          ELSIF _ids[i] = ANY (_fresh) AND NOT _ids[i] = ANY (_seen) THEN
-            _verdicts[i] := 'new';
-          ELSE
-            _verdicts[i] := 'duplicate';
-          END IF;
-          _seen := _seen || _ids[i];
-        END IF;
-      END LOOP;
-    END;
+  IF NOT _careful THEN{claim_return}
+    RETURN;
   END IF;
+  BEGIN{claim_collect}
+  EXCEPTION WHEN check_violation THEN
+    -- Some id no partition accepts after all: record the ids one at a
+    -- time, in order, and report those refused as outside the window.
+    {classify_only}
+    SELECT pg_catalog.array_agg(DISTINCT u.id ORDER BY u.id) INTO _todo
+      FROM ROWS FROM (pg_catalog.unnest(_ids), pg_catalog.unnest(_verdicts)) AS u(id, v) WHERE u.v IS NULL;
+    FOREACH _id IN ARRAY coalesce(_todo, '{}') LOOP
+      BEGIN
+        INSERT INTO {parent} AS t (event_id, consumer_group) VALUES (_id, _grp)
+        ON CONFLICT DO NOTHING RETURNING t.event_id INTO _got;
+        IF FOUND THEN
+          _fresh := _fresh || _id;
+        END IF;
+      EXCEPTION WHEN check_violation THEN
+        _gone := _gone || _id;
+      END;
+    END LOOP;
+    FOR i IN 1 .. pg_catalog.cardinality(_ids) LOOP
+      IF _verdicts[i] IS NULL THEN
+        IF _ids[i] = ANY (_gone) THEN
+          _verdicts[i] := 'outside_window';
+        ELSIF _ids[i] = ANY (_fresh) AND NOT _ids[i] = ANY (_seen) THEN
+          _verdicts[i] := 'new';
+        ELSE
+          _verdicts[i] := 'duplicate';
+        END IF;
+        _seen := _seen || _ids[i];
+      END IF;
+    END LOOP;
+  END;
   RETURN QUERY SELECT r.id, r.v
     FROM ROWS FROM (pg_catalog.unnest(_ids), pg_catalog.unnest(_verdicts)) WITH ORDINALITY AS r(id, v, ord)
    ORDER BY r.ord;
@@ -334,7 +342,7 @@ SELECT true, p.prosrc, obj_description(p.oid, 'pg_proc')
 		}
 		if found {
 			if m, ok := parseClaimMarker(comment); !ok || m.ClaimOf != e.table.String() {
-				return &NameConflictError{Table: e.table.String(), Name: e.table.Schema + "." + f.name, Kind: "function", Need: "the claim function"}
+				return &NameConflictError{Table: e.table.String(), Name: e.table.Schema + "." + f.name + "(" + f.args + ")", Kind: "function", Need: "the claim function"}
 			}
 			if src != nil && *src == f.body {
 				continue // up to date: replacing it would only invalidate every session's cached plan
@@ -344,6 +352,38 @@ SELECT true, p.prosrc, obj_description(p.oid, 'pg_proc')
 		sql := f.create + ";\nCOMMENT ON FUNCTION " + ident + "(" + f.args + ") IS " + marker
 		if err := e.ddl(ctx, conn, "installing function "+f.name, sql); err != nil {
 			return fmt.Errorf("ensuring claim functions of %s: %w", e.table, err)
+		}
+	}
+	return nil
+}
+
+// dropClaim drops the claim functions whose marker names this table; a
+// missing one, or one that is not ours, is left alone. DropTable is to call it
+// (with the positions table) once it has established that the table is ours:
+// DROP TABLE does not drop them, a PL/pgSQL body records no dependency.
+func (e *Engine) dropClaim(ctx context.Context, conn *pgx.Conn) error {
+	for _, f := range claimFuncs(e.table) {
+		var comment *string
+		qctx, cancel := e.bounded(ctx)
+		err := conn.QueryRow(qctx, `
+SELECT obj_description(p.oid, 'pg_proc')
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = $1 AND p.proname = $2 AND oidvectortypes(p.proargtypes) = $3`, e.table.Schema, f.name, f.args).Scan(&comment)
+		cancel()
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("looking up function %s: %w", f.name, err)
+		}
+		if m, ok := parseClaimMarker(comment); !ok || m.ClaimOf != e.table.String() {
+			continue // not ours: never touched
+		}
+		// The single-id function calls the batch one; both go, in either
+		// order (a SQL body's reference is checked only when it runs).
+		sql := "DROP FUNCTION " + pgx.Identifier{e.table.Schema, f.name}.Sanitize() + "(" + f.args + ")"
+		if err := e.ddl(ctx, conn, "dropping function "+f.name, sql); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,6 +149,9 @@ func TestClaimVerdicts(t *testing.T) {
 			var v string
 			if err := pool.QueryRow(ctx, "SELECT "+tbl.ClaimOneFunction()+"($1, 'g3')", idAt(claimDay)).Scan(&v); err != nil || v != "new" {
 				t.Fatalf("claim_one: %q, %v", v, err)
+			}
+			if err := pool.QueryRow(ctx, "SELECT "+tbl.ClaimOneFunction()+"(NULL, 'g3')").Scan(&v); err != nil || v != "not_v7" {
+				t.Fatalf("claim_one(NULL): %q, %v", v, err)
 			}
 			// Empty and NULL arrays: no rows.
 			for _, arg := range []any{[]pgtype.UUID{}, nil} {
@@ -593,5 +599,506 @@ func TestClaimNoDeadlock(t *testing.T) {
 	}
 	if !slices.Equal(v, []string{"duplicate", "duplicate"}) {
 		t.Fatalf("claim of (b, a): %v", v)
+	}
+}
+
+// agreementLayout gives tbl the same partitions as every other table it is
+// called for: ours around claimDay with the one of claimDay-1 detached and
+// dropped (a hole), and foreign ones from MINVALUE, to MAXVALUE and with
+// bounds inside a millisecond (not on a boundary). It returns the bounds, to
+// draw ids next to them.
+func agreementLayout(t *testing.T, pool *pgxpool.Pool, tbl Table) []uuid.UUID {
+	t.Helper()
+	ctx := testCtx(t)
+	e := newEngine(t, pool, tbl)
+	if _, err := e.Maintain(ctx, claimDay, 2, 72*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	hole := pgx.Identifier{tbl.Schema, PartitionName(tbl.Name, Daily, claimDay.AddDate(0, 0, -1))}.Sanitize()
+	oldEnd := BoundaryUUID(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC))
+	newStart := BoundaryUUID(time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC))
+	midLo, midHi := agreementMid()
+	sql := fmt.Sprintf(`
+ALTER TABLE %[1]s DETACH PARTITION %[2]s;
+DROP TABLE %[2]s;
+CREATE TABLE %[3]s PARTITION OF %[1]s FOR VALUES FROM (MINVALUE) TO ('%[4]s');
+CREATE TABLE %[5]s PARTITION OF %[1]s FOR VALUES FROM ('%[6]s') TO (MAXVALUE);
+CREATE TABLE %[7]s PARTITION OF %[1]s FOR VALUES FROM ('%[8]s') TO ('%[9]s')`,
+		tbl, hole, tbl.Name+"_f_old", oldEnd, tbl.Name+"_f_new", newStart, tbl.Name+"_f_mid", midLo, midHi)
+	if _, err := pool.Exec(ctx, sql); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bounds []uuid.UUID
+	for _, p := range st.Partitions {
+		if !p.FromMin {
+			bounds = append(bounds, p.From)
+		}
+		if !p.ToMax {
+			bounds = append(bounds, p.To)
+		}
+	}
+	return bounds
+}
+
+// agreementMid is a foreign partition's bounds that are not millisecond
+// boundaries: v7 ids of claimDay+5d and +6d with fixed low bits.
+func agreementMid() (lo, hi uuid.UUID) {
+	lo = v7At(claimDay.AddDate(0, 0, 5), true)
+	hi = v7At(claimDay.AddDate(0, 0, 6), true)
+	lo[15], hi[10] = 0x5a, 0x77
+	return lo, hi
+}
+
+// TestClaimAgreesWithInserter feeds the same 100,000 ids (500 a batch, one
+// transaction each) to the claim function on one table and to the Go runtime
+// (the envelope's version check, then Inserter.Insert) on another with the
+// same partitions, and compares verdict for verdict. The ids mix fresh ids
+// in and around the window, ids next to every bound (inside and outside a
+// millisecond), repeats within and across batches, and ids that are not
+// UUID v7; under ConsumerGroup two groups take turns.
+func TestClaimAgreesWithInserter(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	for _, c := range []struct {
+		scope Scope
+		n     int
+	}{{ScopeConsumerGroup, 100_000}, {ScopeGlobal, 20_000}} {
+		t.Run(string(c.scope), func(t *testing.T) {
+			suffix := map[Scope]string{ScopeGlobal: "g", ScopeConsumerGroup: "cg"}[c.scope]
+			sqlTbl := Table{Name: "agree_sql_" + suffix, Scope: c.scope}.WithDefaults()
+			goTbl := Table{Name: "agree_go_" + suffix, Scope: c.scope}.WithDefaults()
+			bounds := agreementLayout(t, pool, sqlTbl)
+			agreementLayout(t, pool, goTbl)
+			groups := []string{"g1", "g2"}
+			inserters := map[string]*Inserter{}
+			for _, g := range groups {
+				in, err := NewInserter(goTbl, g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				inserters[g] = in
+			}
+			gen := newAgreementIDs(bounds)
+			counts := map[string]int{}
+			const batch = 500
+			for b := 0; b*batch < c.n; b++ {
+				group := groups[b%len(groups)]
+				ids := gen.batch(batch)
+				var sqlV []string
+				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					var err error
+					sqlV, err = claimIDs(ctx, tx, sqlTbl, group, ids...)
+					return err
+				}); err != nil {
+					t.Fatalf("batch %d: claim: %v", b, err)
+				}
+				goV := make([]string, len(ids))
+				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					var send []uuid.UUID
+					var at []int
+					for i, id := range ids {
+						if id.Version() != 7 || id.Variant() != uuid.RFC4122 {
+							goV[i] = "not_v7" // the envelope's rule: refused before the dedup insert
+							continue
+						}
+						send = append(send, id)
+						at = append(at, i)
+					}
+					res, err := inserters[group].Insert(ctx, tx, send)
+					if err != nil {
+						return err
+					}
+					for j, i := range at {
+						goV[i] = goVerdict(send[j], res, j)
+					}
+					return nil
+				}); err != nil {
+					t.Fatalf("batch %d: Go Inserter: %v", b, err)
+				}
+				for i := range ids {
+					if sqlV[i] != goV[i] {
+						t.Fatalf("batch %d, id %d (%s, version %d, time %s): claim says %s, Go runtime %s",
+							b, i, ids[i], ids[i].Version(), EventTime(ids[i]).Format(time.RFC3339Nano), sqlV[i], goV[i])
+					}
+					counts[sqlV[i]]++
+				}
+			}
+			t.Logf("%d ids agree: %v", c.n, counts)
+			for _, v := range []string{"new", "duplicate", "outside_window", "not_v7"} {
+				if counts[v] < c.n/50 {
+					t.Errorf("only %d ids got %s: the mix does not exercise it", counts[v], v)
+				}
+			}
+			if a, b := countRows(t, pool, sqlTbl.String()), countRows(t, pool, goTbl.String()); a != b || a != counts["new"] {
+				t.Fatalf("rows: %d by the function, %d by the Inserter, %d verdicts new", a, b, counts["new"])
+			}
+		})
+	}
+}
+
+// agreementIDs draws the ids of TestClaimAgreesWithInserter.
+type agreementIDs struct {
+	bounds []uuid.UUID
+	used   []uuid.UUID
+	rnd    *mathrand.Rand
+}
+
+func newAgreementIDs(bounds []uuid.UUID) *agreementIDs {
+	return &agreementIDs{bounds: bounds, rnd: mathrand.New(mathrand.NewPCG(14, 2026))}
+}
+
+func (g *agreementIDs) batch(n int) []uuid.UUID {
+	out := make([]uuid.UUID, 0, n)
+	for len(out) < n {
+		var id uuid.UUID
+		switch r := g.rnd.IntN(100); {
+		case r < 40: // anywhere from 4 days before claimDay to 4 after (the window, the hole, both edges)
+			id = g.v7(claimDay.Add(time.Duration(g.rnd.Int64N(int64(8*24*time.Hour))) - 4*24*time.Hour))
+		case r < 55: // next to a bound: the same millisecond or the one before, either side of it
+			b := g.bounds[g.rnd.IntN(len(g.bounds))]
+			id = g.v7(EventTime(b).Add(-time.Duration(g.rnd.IntN(2)) * time.Millisecond))
+			copy(id[:6], b[:6])
+			if g.rnd.IntN(2) == 0 {
+				id = v7At(EventTime(b).Add(-time.Duration(g.rnd.IntN(2))*time.Millisecond), g.rnd.IntN(2) == 0)
+			}
+		case r < 60: // long ago or far ahead (foreign MINVALUE / MAXVALUE partitions)
+			id = g.v7(time.Date(1990+g.rnd.IntN(150), 1, 1, 0, 0, 0, 0, time.UTC))
+		case r < 75 && len(g.used) > 0: // a repeat, from this batch or an earlier one
+			id = g.used[g.rnd.IntN(len(g.used))]
+		case r < 90: // not version 7: v4, version 7 with another variant, versions 0, 1, 6, 8, 15
+			id = g.v7(claimDay)
+			switch g.rnd.IntN(3) {
+			case 0:
+				id[6] = id[6]&0x0f | []byte{0x00, 0x10, 0x40, 0x60, 0x80, 0xf0}[g.rnd.IntN(6)]
+			case 1:
+				id[8] = id[8]&0x3f | []byte{0x00, 0x40, 0xc0, 0xe0}[g.rnd.IntN(4)]
+			default:
+				id = uuid.New()
+			}
+		default:
+			id = g.v7(claimDay.Add(time.Duration(g.rnd.Int64N(int64(2 * time.Hour)))))
+		}
+		out = append(out, id)
+		g.used = append(g.used, id)
+	}
+	return out
+}
+
+// v7 is a UUID v7 stamped at tm with random low bits from g's source.
+func (g *agreementIDs) v7(tm time.Time) uuid.UUID {
+	u := v7At(tm, true)
+	for i := 6; i < 16; i++ {
+		u[i] = byte(g.rnd.Uint32())
+	}
+	u[6] = 0x70 | u[6]&0x0f
+	u[8] = 0x80 | u[8]&0x3f
+	return u
+}
+
+// TestClaimBenchmarkReport compares the claim function with the Go Inserter
+// on batches of 500 fresh in-window ids, one transaction per batch, on the
+// same server, and prints
+//
+//	RESULT claim_ids_per_s=<a> inserter_ids_per_s=<b> claim_vs_inserter=<a/b> claim_dup_ids_per_s=<c>
+//
+// (claim_dup: the same batches again, every id a duplicate). Run with
+//
+//	DEDUP_BENCH=1 go test ./consumer/dedup/ -run '^TestClaimBenchmarkReport$' -count=1 -v
+func TestClaimBenchmarkReport(t *testing.T) {
+	if os.Getenv(EnvBench) == "" {
+		t.Skipf("set %s=1 to run the claim benchmark", EnvBench)
+	}
+	pool := newPool(t)
+	ctx := testCtx(t)
+	const batch, batches = 500, 60
+	sqlTbl := Table{Name: "bench_claim", Scope: ScopeConsumerGroup}.WithDefaults()
+	goTbl := Table{Name: "bench_inserter", Scope: ScopeConsumerGroup}.WithDefaults()
+	claimTable(t, pool, sqlTbl)
+	claimTable(t, pool, goTbl)
+	in, err := NewInserter(goTbl, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := make([][]uuid.UUID, batches)
+	for i := range all {
+		for range batch {
+			all[i] = append(all[i], idAt(claimDay.Add(time.Duration(mathrand.Int64N(int64(time.Hour))))))
+		}
+	}
+	run := func(f func(tx pgx.Tx, ids []uuid.UUID) error) float64 {
+		start := time.Now()
+		for _, ids := range all {
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return f(tx, ids) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return float64(batch*batches) / time.Since(start).Seconds()
+	}
+	claim := func(tx pgx.Tx, ids []uuid.UUID) error { _, err := claimIDs(ctx, tx, sqlTbl, "g", ids...); return err }
+	// Warm both up (plans, caches) on a throwaway batch.
+	warm := []uuid.UUID{idAt(claimDay.Add(-time.Hour))}
+	_ = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return claim(tx, warm) })
+	_ = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { _, err := in.Insert(ctx, tx, warm); return err })
+	claimRate := run(claim)
+	goRate := run(func(tx pgx.Tx, ids []uuid.UUID) error { _, err := in.Insert(ctx, tx, ids); return err })
+	dupRate := run(claim)
+	fmt.Printf("RESULT claim_ids_per_s=%.0f inserter_ids_per_s=%.0f claim_vs_inserter=%.2f claim_dup_ids_per_s=%.0f\n",
+		claimRate, goRate, claimRate/goRate, dupRate)
+}
+
+// procXmin returns the xmin of the function's pg_proc row: it changes when
+// the function is replaced.
+func procXmin(t *testing.T, pool *pgxpool.Pool, fn string) uint32 {
+	t.Helper()
+	var xmin uint32
+	if err := pool.QueryRow(testCtx(t), `SELECT xmin FROM pg_proc WHERE oid = $1::regproc`, fn).Scan(&xmin); err != nil {
+		t.Fatalf("looking up %s: %v", fn, err)
+	}
+	return xmin
+}
+
+// TestClaimEnsure: EnsureTable installs both functions with their marker,
+// leaves them alone when they are up to date (replacing them would make
+// every session re-plan), replaces an outdated definition, refuses a
+// function of the same name and arguments that is not ours, and fits the
+// longest table name. dropClaim removes ours only.
+func TestClaimEnsure(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_ens", Scope: ScopeConsumerGroup}.WithDefaults()
+	e := claimTable(t, pool, tbl)
+	x1, x2 := procXmin(t, pool, tbl.ClaimFunction()), procXmin(t, pool, tbl.ClaimOneFunction())
+	if err := e.EnsureTable(ctx, testOwner); err != nil {
+		t.Fatal(err)
+	}
+	if y1, y2 := procXmin(t, pool, tbl.ClaimFunction()), procXmin(t, pool, tbl.ClaimOneFunction()); y1 != x1 || y2 != x2 {
+		t.Fatalf("an up-to-date function was replaced (xmin %d,%d -> %d,%d)", x1, x2, y1, y2)
+	}
+	// An outdated definition (an older version) is replaced.
+	if _, err := pool.Exec(ctx, "CREATE OR REPLACE FUNCTION "+tbl.ClaimOneFunction()+"(id uuid, consumer_group text DEFAULT NULL) RETURNS text LANGUAGE sql AS $$ SELECT 'old' $$"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.EnsureTable(ctx, testOwner); err != nil {
+		t.Fatal(err)
+	}
+	var v string
+	if err := pool.QueryRow(ctx, "SELECT "+tbl.ClaimOneFunction()+"($1, 'g')", idAt(claimDay)).Scan(&v); err != nil || v != "new" {
+		t.Fatalf("after the upgrade: %q, %v", v, err)
+	}
+	var comment string
+	if err := pool.QueryRow(ctx, "SELECT obj_description($1::regproc, 'pg_proc')", tbl.ClaimFunction()).Scan(&comment); err != nil ||
+		comment != `{"idempotency.dev/claim-of":"public.claim_ens","version":1}` {
+		t.Fatalf("marker %q, %v", comment, err)
+	}
+
+	// A function of someone else's with the name and arguments.
+	other := Table{Name: "claim_taken", Scope: ScopeGlobal}.WithDefaults()
+	if _, err := pool.Exec(ctx, "CREATE FUNCTION public.claim_taken_claim(a uuid[], b text) RETURNS TABLE (x uuid, y text) LANGUAGE sql AS $$ SELECT NULL::uuid, 'mine' $$"); err != nil {
+		t.Fatal(err)
+	}
+	oe, err := NewEngine(pool, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = oe.EnsureTable(ctx, testOwner)
+	var nc *NameConflictError
+	if !errors.As(err, &nc) || nc.Kind != "function" || nc.Name != "public.claim_taken_claim(uuid[], text)" || !strings.Contains(err.Error(), "ALTER FUNCTION public.claim_taken_claim(uuid[], text) RENAME TO") {
+		t.Fatalf("EnsureTable over a foreign function: %v, want a *NameConflictError for it", err)
+	}
+	t.Logf("conflict: %v", err)
+	var src string
+	if err := pool.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'claim_taken_claim'").Scan(&src); err != nil || !strings.Contains(src, "'mine'") {
+		t.Fatalf("the foreign function was replaced: %q, %v", src, err)
+	}
+
+	// The longest table name: the function names fit in 63 bytes.
+	long := Table{Name: strings.Repeat("c", MaxTableNameLen), Scope: ScopeGlobal}.WithDefaults()
+	if n := len(long.Name + claimOneSuffix); n > MaxIdentifierLen {
+		t.Fatalf("%d-byte function name", n)
+	}
+	le := claimTable(t, pool, long)
+	if got := mustClaim(t, pool, long, nil, idAt(claimDay)); got[0] != "new" {
+		t.Fatalf("claim on the longest name: %v", got)
+	}
+	if err := le.EnsureTable(ctx, testOwner); err != nil {
+		t.Fatalf("second EnsureTable: %v", err)
+	}
+
+	// dropClaim drops ours, and leaves the foreign one alone.
+	for _, en := range []*Engine{e, oe} {
+		conn, release, err := en.session(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = en.dropClaim(ctx, conn)
+		release()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_proc WHERE proname IN ('claim_ens_claim', 'claim_ens_claim_one', 'claim_taken_claim')").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d functions left (%v), want only the foreign one", n, err)
+	}
+}
+
+// TestClaimLeastPrivilege: a role with SELECT, INSERT and DELETE on the
+// table (and USAGE on its schema) and nothing else can claim: the function
+// runs with the caller's rights (SECURITY INVOKER) and needs no others.
+// A role without INSERT gets a permission error, not a verdict.
+func TestClaimLeastPrivilege(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Schema: "dedup", Name: "claim_priv", Scope: ScopeConsumerGroup}.WithDefaults()
+	claimTable(t, pool, tbl)
+	role := fmt.Sprintf("claim_app_%d", time.Now().UnixNano())
+	reader := role + "_ro"
+	for _, r := range []string{role, reader} {
+		if _, err := pool.Exec(ctx, "CREATE ROLE "+r); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+r)
+			_, _ = pool.Exec(context.Background(), "DROP ROLE "+r)
+		})
+	}
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`GRANT USAGE ON SCHEMA dedup TO %[1]s, %[2]s;
+GRANT SELECT, INSERT, DELETE ON %[3]s TO %[1]s;
+GRANT SELECT ON %[3]s TO %[2]s`, role, reader, tbl)); err != nil {
+		t.Fatal(err)
+	}
+	asRole := func(r string, ids ...uuid.UUID) ([]string, error) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+r); err != nil {
+			return nil, err
+		}
+		v, err := claimIDs(ctx, tx, tbl, "g", ids...)
+		if err != nil {
+			return nil, err
+		}
+		// A second claim in the transaction takes the careful path.
+		if _, err := claimIDs(ctx, tx, tbl, "g", ids...); err != nil {
+			return nil, fmt.Errorf("second claim: %w", err)
+		}
+		return v, tx.Commit(ctx)
+	}
+	got, err := asRole(role, idAt(claimDay), idAt(claimDay.AddDate(0, 0, 20)), uuid.New())
+	if err != nil || !slices.Equal(got, []string{"new", "outside_window", "not_v7"}) {
+		t.Fatalf("claim as %s: %v, %v", role, got, err)
+	}
+	_, err = asRole(reader, idAt(claimDay))
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		t.Fatalf("claim as %s (no INSERT): %v, want SQLSTATE 42501", reader, err)
+	}
+}
+
+// TestClaimMarksTransaction: the setting that sends a transaction's later
+// claims down the careful path is transaction-local: set inside, gone after
+// commit, and gone after a rollback to a savepoint taken before the claim.
+func TestClaimMarksTransaction(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_mark", Scope: ScopeGlobal}.WithDefaults()
+	claimTable(t, pool, tbl)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	mark := func() string {
+		t.Helper()
+		var s *string
+		if err := conn.QueryRow(ctx, "SELECT current_setting($1, true)", claimSettingName(tbl)).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, tx, tbl, nil, idAt(claimDay))
+	if m := mark(); m != "claimed" {
+		t.Fatalf("inside the transaction: %q", m)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m := mark(); m != "" {
+		t.Fatalf("after commit: %q", m)
+	}
+	tx, err = conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SAVEPOINT s"); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, tx, tbl, nil, idAt(claimDay))
+	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT s"); err != nil {
+		t.Fatal(err)
+	}
+	if m := mark(); m != "" {
+		t.Fatalf("after rolling back the claim's savepoint: %q", m)
+	}
+	if got := mustClaim(t, tx, tbl, nil, idAt(claimDay)); got[0] != "new" {
+		t.Fatalf("claim after the rollback: %v", got)
+	}
+}
+
+// TestClaimNotBlockedByLockedPartition: another session holds ACCESS
+// EXCLUSIVE on one partition (a VACUUM FULL, a plain DETACH). A claim of ids
+// in other partitions does not wait for it: the function reads the bounds
+// with pg_get_expr(relpartbound, 0), which opens no partition, and the insert
+// locks only the partitions its rows go to. (The Go Inserter's window read
+// locks every partition and needs its refresh lock timeout for this.)
+func TestClaimNotBlockedByLockedPartition(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_lk", Scope: ScopeGlobal}.WithDefaults()
+	claimTable(t, pool, tbl)
+	locker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(ctx)
+	locked := PartitionName(tbl.Name, Daily, claimDay.AddDate(0, 0, -1))
+	if _, err := locker.Exec(ctx, "LOCK TABLE "+pgx.Identifier{tbl.Schema, locked}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// Two claims: the first-claim path and the careful one.
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := range 2 {
+		got, err := claimIDs(ctx, tx, tbl, nil, idAt(claimDay), idAt(claimDay.AddDate(0, 0, 1)), idAt(claimDay.AddDate(0, 0, 30)))
+		if err != nil {
+			t.Fatalf("claim %d with %s locked: %v", i, locked, err)
+		}
+		if !slices.Equal(got, []string{"new", "new", "outside_window"}) && !slices.Equal(got, []string{"duplicate", "duplicate", "outside_window"}) {
+			t.Fatalf("claim %d: %v", i, got)
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("claims took %s with an unrelated partition locked", d)
 	}
 }
