@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,15 +126,15 @@ func TestTypeScriptConsumer(t *testing.T) {
 	claimFn := table.ClaimOneFunction() // what the operator publishes
 
 	// The broker, the topics and the records.
-	brokers := startBroker(t)
-	if err := consumertest.CreateTopic(ctx, brokers, topic, partitions, nil); err != nil {
+	brk := startBroker(t)
+	if err := brk.createTopic(ctx, topic, partitions); err != nil {
 		t.Fatal(err)
 	}
-	if err := consumertest.CreateTopic(ctx, brokers, dlqTopic, 1, nil); err != nil {
+	if err := brk.createTopic(ctx, dlqTopic, 1); err != nil {
 		t.Fatal(err)
 	}
 	recs, ids, outsideID, v4ID := makeRecords(t)
-	produce(t, ctx, brokers, recs)
+	produce(t, ctx, brk, recs)
 	valid := 0
 	for _, r := range recs {
 		if ids[r.id] {
@@ -153,7 +154,7 @@ func TestTypeScriptConsumer(t *testing.T) {
 	prov := newProvider(t)
 	env := func(group, name string, extra ...string) map[string]string {
 		e := map[string]string{
-			"KAFKA_BROKERS":        brokers[0],
+			"KAFKA_BROKERS":        strings.Join(brk.addrs, ","),
 			"KAFKA_TOPIC":          topic,
 			"KAFKA_GROUP_ID":       group,
 			"DEAD_LETTER_TOPIC":    dlqTopic,
@@ -170,7 +171,7 @@ func TestTypeScriptConsumer(t *testing.T) {
 	// lag reports whether group has committed every record; else, as the
 	// error, how many it has not (the last one shows in a timeout).
 	lag := func(group string) (bool, error) {
-		l, err := consumertest.GroupLag(ctx, brokers, group, topic, partitions)
+		l, err := brk.lag(ctx, group, topic, partitions)
 		if err == nil && l > 0 {
 			err = fmt.Errorf("%s has %d records not committed", group, l)
 		}
@@ -277,7 +278,7 @@ func TestTypeScriptConsumer(t *testing.T) {
 	if c := b1.lastCounts(); c["skip:outside_window"] != 1 || c["skip:not_v7"] != 1 {
 		t.Errorf("rewards: counts %v; want skip:outside_window=1 and skip:not_v7=1", c)
 	}
-	dl := readDeadLetters(t, ctx, brokers)
+	dl := readDeadLetters(t, ctx, brk)
 	wants := map[string]map[string]string{
 		billing: {"outside_window": outsideID, "not_v7": v4ID, "not_json": "", "missing_id": ""},
 		rewards: {"not_json": "", "missing_id": ""},
@@ -374,9 +375,9 @@ func newV7(at time.Time) string {
 	return u.String()
 }
 
-func produce(t *testing.T, ctx context.Context, brokers []string, recs []record) {
+func produce(t *testing.T, ctx context.Context, brk *broker, recs []record) {
 	t.Helper()
-	w := consumertest.NewWriter(brokers, topic)
+	w := brk.writer(topic)
 	defer w.Close()
 	msgs := make([]kafka.Message, len(recs))
 	for i, r := range recs {
@@ -446,9 +447,9 @@ func first(s []string, n int) []string { return s[:min(n, len(s))] }
 
 // readDeadLetters reads the whole dead-letter topic: group -> reason -> the
 // dlq-event-id header of each dead letter ("" when absent).
-func readDeadLetters(t *testing.T, ctx context.Context, brokers []string) map[string]map[string][]string {
+func readDeadLetters(t *testing.T, ctx context.Context, brk *broker) map[string]map[string][]string {
 	t.Helper()
-	ends, err := consumertest.EndOffsets(ctx, brokers, dlqTopic, 1)
+	ends, err := brk.endOffsets(ctx, dlqTopic, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +457,7 @@ func readDeadLetters(t *testing.T, ctx context.Context, brokers []string) map[st
 	if ends[0] == 0 {
 		return out
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: dlqTopic, Partition: 0, MaxWait: 100 * time.Millisecond})
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brk.addrs, Topic: dlqTopic, Partition: 0, MaxWait: 100 * time.Millisecond})
 	defer r.Close()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

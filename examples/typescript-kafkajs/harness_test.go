@@ -19,15 +19,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/idempotency-dev/operator/consumer/consumertest"
 )
 
-// startBroker starts the Kafka-protocol broker the example's consumers talk
-// to and returns its bootstrap addresses. It is the only place that knows how
-// the project's test broker is started (kfake, through consumertest).
-func startBroker(t *testing.T) []string {
+// broker is the project's Kafka-protocol test broker (kfake) and the helpers
+// this test uses on it. Every use of the project's broker helpers
+// (consumertest) is here, so moving them changes this type only.
+type broker struct{ addrs []string }
+
+// startBroker starts a broker that stops when the test ends.
+func startBroker(t *testing.T) *broker {
 	t.Helper()
-	return consumertest.NewKafka(t).Brokers()
+	return &broker{addrs: consumertest.NewKafka(t).Brokers()}
+}
+
+func (b *broker) createTopic(ctx context.Context, topic string, partitions int) error {
+	return consumertest.CreateTopic(ctx, b.addrs, topic, partitions, nil)
+}
+
+// writer is a synchronous acks=all writer; a message's Partition field picks
+// its partition when it has no key.
+func (b *broker) writer(topic string) *kafka.Writer { return consumertest.NewWriter(b.addrs, topic) }
+
+// lag is the group's uncommitted records on topic (a partition without a
+// commit counts from 0).
+func (b *broker) lag(ctx context.Context, group, topic string, partitions int) (int64, error) {
+	return consumertest.GroupLag(ctx, b.addrs, group, topic, partitions)
+}
+
+func (b *broker) endOffsets(ctx context.Context, topic string, partitions int) (map[int]int64, error) {
+	return consumertest.EndOffsets(ctx, b.addrs, topic, partitions)
 }
 
 // requireNode returns the paths of node and npm. Without them the test
