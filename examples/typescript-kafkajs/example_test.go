@@ -161,7 +161,7 @@ func TestTypeScriptConsumer(t *testing.T) {
 			"DATABASE_URL":         dsn,
 			"DEDUP_CLAIM_FUNCTION": claimFn,
 			"CHARGE_URL":           prov.url(group),
-			"SESSION_TIMEOUT_MS":   "3000",
+			"SESSION_TIMEOUT_MS":   "5000",
 		}
 		for i := 0; i+1 < len(extra); i += 2 {
 			e[extra[i]] = extra[i+1]
@@ -263,8 +263,10 @@ func TestTypeScriptConsumer(t *testing.T) {
 	waitFor(t, 2*time.Minute, "the replay to commit every record", func() (bool, error) { return lag(billing) })
 	r1.stop(t)
 	counts := r1.lastCounts()
-	if counts["duplicate"] != valid || counts["new"] != 0 {
-		t.Errorf("replay: verdict counts %v; want duplicate=%d (every valid record) and no new", counts, valid)
+	// At least: a rebalance (a slow heartbeat on a loaded machine) may
+	// deliver a record twice.
+	if counts["duplicate"] < valid || counts["new"] != 0 {
+		t.Errorf("replay: verdict counts %v; want duplicate >= %d (every valid record) and no new", counts, valid)
 	}
 	after := prov.snapshot(billing)
 	if n := totalRequests(after) - totalRequests(before); n != 0 {
