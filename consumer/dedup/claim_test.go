@@ -145,6 +145,12 @@ func TestClaimVerdicts(t *testing.T) {
 			if got := mustClaim(t, pool, tbl, "g2", in); !slices.Equal(got, []string{wantOther}) {
 				t.Fatalf("claim by another group: %v, want %s", got, wantOther)
 			}
+			// Each group gets new once.
+			for _, g := range []string{"g1", "g2"} {
+				if got := mustClaim(t, pool, tbl, g, in); !slices.Equal(got, []string{"duplicate"}) {
+					t.Fatalf("claim by %s again: %v", g, got)
+				}
+			}
 			// The single-id form.
 			var v string
 			if err := pool.QueryRow(ctx, "SELECT "+tbl.ClaimOneFunction()+"($1, 'g3')", idAt(claimDay)).Scan(&v); err != nil || v != "new" {
@@ -656,10 +662,11 @@ func agreementMid() (lo, hi uuid.UUID) {
 // TestClaimAgreesWithInserter feeds the same 100,000 ids (500 a batch, one
 // transaction each) to the claim function on one table and to the Go runtime
 // (the envelope's version check, then Inserter.Insert) on another with the
-// same partitions, and compares verdict for verdict. The ids mix fresh ids
-// in and around the window, ids next to every bound (inside and outside a
-// millisecond), repeats within and across batches, and ids that are not
-// UUID v7; under ConsumerGroup two groups take turns.
+// same partitions, and compares verdict for verdict (every other batch goes
+// to the function in two calls, the second on its careful path). The ids
+// mix fresh ids in and around the window, ids next to every bound (inside
+// and outside a millisecond), repeats within and across batches, and ids
+// that are not UUID v7; under ConsumerGroup two groups take turns.
 func TestClaimAgreesWithInserter(t *testing.T) {
 	pool := newPool(t)
 	ctx := testCtx(t)
@@ -690,9 +697,21 @@ func TestClaimAgreesWithInserter(t *testing.T) {
 				ids := gen.batch(batch)
 				var sqlV []string
 				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					var err error
-					sqlV, err = claimIDs(ctx, tx, sqlTbl, group, ids...)
-					return err
+					if b%2 == 0 {
+						var err error
+						sqlV, err = claimIDs(ctx, tx, sqlTbl, group, ids...)
+						return err
+					}
+					// Every other batch in two calls, so the second runs the
+					// careful path (the transaction claimed before).
+					for _, part := range [][]uuid.UUID{ids[:batch/3], ids[batch/3:]} {
+						v, err := claimIDs(ctx, tx, sqlTbl, group, part...)
+						if err != nil {
+							return err
+						}
+						sqlV = append(sqlV, v...)
+					}
+					return nil
 				}); err != nil {
 					t.Fatalf("batch %d: claim: %v", b, err)
 				}
@@ -1100,5 +1119,38 @@ func TestClaimNotBlockedByLockedPartition(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("claims took %s with an unrelated partition locked", d)
+	}
+}
+
+// TestClaimRepeatableReadDetach: under REPEATABLE READ the transaction's
+// snapshot predates the claim, so it can still show a partition that a
+// plain DETACH removed after it was taken, while the insert routes with the
+// catalog as it is now. The claim must report the id outside the window, not
+// fail with 23514.
+func TestClaimRepeatableReadDetach(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Name: "claim_rr", Scope: ScopeGlobal}.WithDefaults()
+	claimTable(t, pool, tbl)
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	stillUsable(t, tx) // takes the snapshot
+	gone := PartitionName(tbl.Name, Daily, claimDay.AddDate(0, 0, -1))
+	if _, err := pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s DETACH PARTITION %s", tbl, pgx.Identifier{tbl.Schema, gone}.Sanitize())); err != nil {
+		t.Fatal(err)
+	}
+	got, err := claimIDs(ctx, tx, tbl, nil, idAt(claimDay.AddDate(0, 0, -1)), idAt(claimDay))
+	if err != nil {
+		t.Fatalf("claim under REPEATABLE READ after a DETACH: %v", err)
+	}
+	if !slices.Equal(got, []string{"outside_window", "new"}) {
+		t.Fatalf("verdicts %v", got)
+	}
+	stillUsable(t, tx)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
