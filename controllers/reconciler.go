@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // ControllerName names the controller, its field manager and its events.
@@ -88,7 +89,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.ConsumerImage == "" {
-		o.ConsumerImage = DefaultConsumerImage
+		o.ConsumerImage = objects.DefaultConsumerImage
 	}
 	if o.MaintenanceLead <= 0 {
 		o.MaintenanceLead = 5 * time.Minute
@@ -296,9 +297,24 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		Named(ControllerName).
 		For(&kafkav1alpha1.IdempotentConsumer{}, builder.WithPredicates(specOrDeletionChanged())).
 		Owns(&appsv1.Deployment{}).
+		// By name as well: a Deployment whose owner reference names no
+		// object (orphaned by a delete with --cascade=orphan) blocks the
+		// object of the same name until it goes, and its deletion must wake
+		// that object up.
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(consumerForDeployment)).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.consumersForSecret)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
 		Complete(r)
+}
+
+// consumerForDeployment maps one of the operator's Deployments (the cache
+// holds no others) to the object its name belongs to, owner or not.
+func consumerForDeployment(_ context.Context, dep client.Object) []ctrl.Request {
+	name, ok := objects.ConsumerNameOf(dep.GetName())
+	if !ok {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: dep.GetNamespace(), Name: name}}}
 }
 
 // specOrDeletionChanged passes creations, deletions, and updates that change
@@ -328,41 +344,6 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-const secretRefIndex = "spec.secretRefs"
-
-// indexSecretRefs lists the names of the Secrets an object references.
-func indexSecretRefs(o client.Object) []string {
-	obj, ok := o.(*kafkav1alpha1.IdempotentConsumer)
-	if !ok {
-		return nil
-	}
-	seen := map[string]bool{}
-	var names []string
-	for _, ref := range secretRefs(obj) {
-		if !seen[ref.Name] {
-			seen[ref.Name] = true
-			names = append(names, ref.Name)
-		}
-	}
-	return names
-}
-
-// consumersForSecret maps a Secret event to the objects referencing it.
-func (r *IdempotentConsumerReconciler) consumersForSecret(ctx context.Context, secret client.Object) []ctrl.Request {
-	var list kafkav1alpha1.IdempotentConsumerList
-	if err := r.Client.List(ctx, &list, client.InNamespace(secret.GetNamespace()),
-		client.MatchingFields{secretRefIndex: secret.GetName()}); err != nil {
-		log.FromContext(ctx).Error(err, "Listing IdempotentConsumers for a Secret", "secret", klog.KObj(secret))
-		return nil
-	}
-	reqs := make([]ctrl.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, ctrl.Request{NamespacedName: types.NamespacedName{
-			Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}})
-	}
-	return reqs
 }
 
 // forget drops the per-object memory (backoff, metrics) of a deleted object.
