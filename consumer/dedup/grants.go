@@ -40,7 +40,7 @@ import (
 
 // claimFunctionSuffixes name the table's claim functions (<table>_claim and
 // <table>_claim_one, every overload): the role gets EXECUTE on those present.
-var claimFunctionSuffixes = []string{"_claim", "_claim_one"}
+var claimFunctionSuffixes = []string{claimSuffix, claimOneSuffix}
 
 // ErrRoleNotFound is wrapped by GrantConsumer when the consumer's role does
 // not exist: the operator does not create login roles.

@@ -440,9 +440,7 @@ func TestGrantConsumerErrors(t *testing.T) {
 // TestConsumerRoleClaimFunction: with EXECUTE taken from PUBLIC, the
 // consumer's role may call the table's claim function only after the grant,
 // and then only for its own group (the function runs with the caller's
-// rights, so the group policy holds inside it too). Until the claim
-// functions are installed with the table, the test installs a stand-in with
-// the same name and signature.
+// rights, so the group policy holds inside it too).
 func TestConsumerRoleClaimFunction(t *testing.T) {
 	ctx := testCtx(t)
 	r := newRoles(t, ScopeConsumerGroup)
@@ -451,17 +449,7 @@ func TestConsumerRoleClaimFunction(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !installed {
-		if _, err := r.ownerDB.Exec(ctx, `
-CREATE FUNCTION app.processed_event_claim(ids uuid[], consumer_group text DEFAULT NULL)
-RETURNS TABLE (event_id uuid, verdict text) LANGUAGE sql VOLATILE SECURITY INVOKER AS $$
-  WITH ins AS (INSERT INTO app.processed_event (event_id, consumer_group)
-               SELECT DISTINCT i, $2 FROM unnest($1) i ON CONFLICT DO NOTHING RETURNING processed_event.event_id)
-  SELECT i, CASE WHEN i IN (SELECT ins.event_id FROM ins) THEN 'new' ELSE 'duplicate' END FROM unnest($1) i
-$$;
-CREATE FUNCTION app.processed_event_claim_one(id uuid, consumer_group text DEFAULT NULL)
-RETURNS text LANGUAGE sql VOLATILE SECURITY INVOKER AS $$ SELECT c.verdict FROM app.processed_event_claim(ARRAY[$1], $2) c $$`); err != nil {
-			t.Fatal(err)
-		}
+		t.Fatal("EnsureTable installed no claim function")
 	}
 	if _, err := r.ownerDB.Exec(ctx, `REVOKE EXECUTE ON FUNCTION app.processed_event_claim(uuid[], text), app.processed_event_claim_one(uuid, text) FROM PUBLIC`); err != nil {
 		t.Fatal(err)
