@@ -62,9 +62,10 @@ func (e *SchemaUsageError) Error() string {
 
 // GrantResult reports what GrantConsumer did.
 type GrantResult struct {
-	// Unrestricted is non-empty when the role needs no grant and no policy
-	// holds it back: it owns the table (the single-role setup), is a
-	// superuser, or bypasses row-level security. It says which.
+	// Unrestricted is non-empty when no policy holds the role back, and
+	// says why: it owns the table (the single-role setup) or is a superuser
+	// (nothing was granted: it needs nothing), or it bypasses row-level
+	// security (the privileges were granted; the policies do not bind it).
 	Unrestricted string
 	// Statements are the statements that were run, in order; empty when
 	// everything was in place already.
