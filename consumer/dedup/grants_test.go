@@ -406,6 +406,12 @@ func TestGrantConsumerErrors(t *testing.T) {
 	if err != nil || res.Unrestricted == "" || len(res.Statements) != 0 {
 		t.Errorf("the owner's role: %+v %v, want Unrestricted and no statement", res, err)
 	}
+	// A BYPASSRLS role gets its privileges, and is reported unrestricted.
+	bypass := consumertest.NewRole(t, r.admin.Config().ConnString(), "bypass", "BYPASSRLS")
+	res, err = r.eng.GrantConsumer(ctx, bypass.Name, "g1")
+	if err != nil || !strings.Contains(res.Unrestricted, "BYPASSRLS") || len(res.Statements) == 0 {
+		t.Errorf("a BYPASSRLS role: %+v %v, want its grants and Unrestricted naming BYPASSRLS", res, err)
+	}
 	// A group with a quote and a backslash is a literal, not SQL.
 	odd := `o'dd\group`
 	r.grant(t, odd)
