@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -423,5 +424,79 @@ func TestExternalConfig(t *testing.T) {
 	}
 	if _, err := consumer.NewExternal(e.config(func(c *consumer.Config) { c.Ordering = "Random" }), newXRecorder(t, 0).handle); !errors.As(err, &ce) || ce.Field != "Ordering" {
 		t.Fatalf("NewExternal with ordering Random: %v", err)
+	}
+}
+
+// TestExternalDuplicateWaitsForFirstRecord: a copy of an id on another
+// partition (under another key) that arrives while the first record's call
+// has succeeded but its dedup row is not written yet waits for that row: it
+// neither calls the handler again nor lets its partition's offset move past
+// it, so no committed offset ever covers an id that is not recorded.
+func TestExternalDuplicateWaitsForFirstRecord(t *testing.T) {
+	e := newEnv(t, withPartitions(2))
+	e.dumpLogsOnFailure(t)
+	id := newID(t)
+	first, other := keyOn(0, 2, "first"), keyOn(1, 2, "copy")
+	e.kafka.Produce(t, e.topic, keyed(id, 0, first, 0))
+	blocked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	x := newXRecorder(t, time.Millisecond)
+	e.startExternal(e.config(), x.handle, func(c *consumer.Consumer) {
+		consumer.SetBeforeRecordHook(c, func(p int, ids []uuid.UUID) error {
+			if p != 0 || !slices.Contains(ids, id) {
+				return nil
+			}
+			once.Do(func() { close(blocked) })
+			select { // the first record's recording transaction is late
+			case <-release:
+			case <-time.After(30 * time.Second):
+			}
+			return nil
+		})
+	})
+	select {
+	case <-blocked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first record was not called and recorded")
+	}
+	e.kafka.Produce(t, e.topic, keyed(id, 1, other, 0))
+	time.Sleep(time.Second) // many BatchWaits: the copy is looked up and settled if it is to be
+	co, err := e.committed(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, _ := x.snapshot()
+	close(release)
+	if co[1] > 0 {
+		t.Fatalf("partition 1 committed offset %d past the copy while the first record's dedup row was not written", co[1])
+	}
+	if calls[id] != 1 {
+		t.Fatalf("id called %d times while its first record was being recorded, want 1", calls[id])
+	}
+	e.waitCaughtUp(t, 30*time.Second)
+	calls, bad := x.snapshot()
+	if len(bad) > 0 {
+		t.Fatal(bad)
+	}
+	if calls[id] != 1 {
+		t.Fatalf("id called %d times, want 1", calls[id])
+	}
+	if rows, distinct := e.dedupRows(t); rows != 1 || distinct != 1 {
+		t.Fatalf("%d dedup rows (%d distinct), want 1", rows, distinct)
+	}
+}
+
+// keyOn returns a key with prefix that Kafka's default partitioner sends to
+// partition p of parts.
+func keyOn(p, parts int, prefix string) string {
+	all := make([]int, parts)
+	for i := range all {
+		all[i] = i
+	}
+	for i := 0; ; i++ {
+		k := prefix + strconv.Itoa(i)
+		if (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(k)}, all...) == p {
+			return k
+		}
 	}
 }
