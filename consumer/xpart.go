@@ -100,8 +100,8 @@ type xpart struct {
 	due     bool          // BatchWait passed since something became flushable
 	urge    chan struct{} // a record of another partition waits for one of ours
 
-	pending int // this partition's share of the records_in_flight gauge
-	waiting int // and of records_waiting_for_key
+	pending                     int // this partition's share of the records_in_flight gauge
+	waiting                     int // and of records_waiting_for_key
 	gPending, gWaiting, gOldest prometheus.Gauge
 
 	callCtx     context.Context
