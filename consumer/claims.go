@@ -20,14 +20,20 @@ import (
 //     owner's call: a duplicate if it succeeded. Its offset cannot be
 //     committed before the owner's, and the owner's offset only once its id
 //     is recorded.
-//   - in another partition, the follower waits until the owner's id is
-//     recorded (its recording transaction committed) and is then a
-//     duplicate; its partition's offset is held meanwhile. It tells the
-//     owner's partition to record at once rather than after BatchWait.
+//   - in another partition, the follower waits for the owner's call; if it
+//     succeeded, the follower lets the next record of its lane start (it
+//     will not call) but stays unfinished, holding its partition's offset,
+//     until the owner's id is recorded (its recording transaction
+//     committed): then it is a duplicate. A partition with nothing else to
+//     do asks the owners' partitions to record at once rather than after
+//     BatchWait (wanted).
 //
 // If the owner fails (dead letter) or is given up (rebalance, shutdown), the
 // follower calls the handler itself, taking the id over if no other record
-// has registered it since.
+// has registered it since. A follower whose owner's call succeeded and was
+// then given up unrecorded calls after the later records of its lane may
+// have: the effect was applied in order by the owner's call, and the
+// follower's call, with the same id, is its replay.
 //
 // Registration happens in one total order that is consistent with each
 // partition's offset order, and a record only ever waits on records
@@ -135,42 +141,45 @@ type followResult uint8
 
 const (
 	followDuplicate followResult = iota // the owner's id is settled: a duplicate
+	followAwaitRow                      // the owner's call succeeded in another partition; its row is not written yet
 	followCall                          // the owner failed or was given up: call
 	followAbandoned                     // ctx ended first
 )
 
-// follow waits, for a follower in session p, until the owner of c settles
-// the id (see claims).
+// follow waits, for a follower in session p, for the outcome of the owner's
+// call (see claims).
 func (cl *claims) follow(ctx context.Context, c *claim, p *xpart) followResult {
-	if c.part == p {
-		select {
-		case <-c.call:
-		case <-ctx.Done():
-			return followAbandoned
-		}
-		cl.mu.Lock()
-		ok := c.callOK
-		cl.mu.Unlock()
-		if ok {
-			return followDuplicate
-		}
+	select {
+	case <-c.call:
+	case <-ctx.Done():
+		return followAbandoned
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	switch {
+	case !c.callOK:
+		return followCall
+	case c.part == p || (c.resolved && c.ok):
+		return followDuplicate
+	case c.resolved:
 		return followCall
 	}
+	return followAwaitRow
+}
+
+// recorded reports, once c.done is closed, whether the owner's id was
+// recorded.
+func (cl *claims) recorded(c *claim) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return c.ok
+}
+
+// want asks the owner's partition to record c's id at once.
+func (c *claim) want() {
 	c.wanted.Store(true)
 	select {
 	case c.part.urge <- struct{}{}:
 	default:
 	}
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		return followAbandoned
-	}
-	cl.mu.Lock()
-	ok := c.ok
-	cl.mu.Unlock()
-	if ok {
-		return followDuplicate
-	}
-	return followCall
 }

@@ -103,7 +103,7 @@ func NewExternal(cfg Config, h ExternalHandler) (*Consumer, error) {
 		return nil, err
 	}
 	c.external = h
-	c.inFlight = make(chan struct{}, c.cfg.MaxInFlight)
+	c.inFlight = newSlots(c.cfg.MaxInFlight)
 	c.claims = newClaims()
 	return c, nil
 }
@@ -122,10 +122,12 @@ func RunExternal(ctx context.Context, cfg Config, h ExternalHandler) error {
 type callOutcome uint8
 
 const (
-	outSucceeded callOutcome = iota // the handler returned nil
-	outFailed                       // attempts used up, or Permanent: the handler_failed policy applies
-	outDuplicate                    // another record with the same id succeeded first (claims.go)
-	outAbandoned                    // the partition was revoked or shutdown ran out of time
+	outSucceeded  callOutcome = iota // the handler returned nil
+	outFailed                        // attempts used up, or Permanent: the handler_failed policy applies
+	outDuplicate                     // another record with the same id succeeded first (claims.go)
+	outAbandoned                     // the partition was revoked or shutdown ran out of time
+	outAwaitRow                      // another partition's record of the id was called: its row is awaited (claims.go)
+	outRowSettled                    // that record's row was written, or it was given up
 )
 
 // callExternal runs the handler for r with retries, holding a MaxInFlight
@@ -140,15 +142,13 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 	bo := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
 	unavail := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for attempt := 1; ; {
-		select {
-		case c.inFlight <- struct{}{}:
-		case <-ctx.Done():
+		if !c.inFlight.acquire(ctx, r.prio) {
 			return outAbandoned
 		}
 		c.xm.calls.WithLabelValues(c.cfg.Topic).Inc()
 		err := p.invoke(hctx, &r.ev)
 		c.xm.calls.WithLabelValues(c.cfg.Topic).Dec()
-		<-c.inFlight
+		c.inFlight.release()
 		if err == nil {
 			if c.health.ok(compHandler) > 0 {
 				p.w.log.Info("the handler's dependency is available again")

@@ -146,9 +146,9 @@ func TestBenchSlowSink(t *testing.T) {
 		}
 		// Where the time went, for the report.
 		txs, txSum := histogram(t, reg, consumer.MetricsNamespace+"_transaction_duration_seconds")
-		first, last, peak := prov.span(topic)
-		t.Logf("%s: %.0f ms from the first request to the last answer, %.0f ms more until the offsets were committed; provider peak concurrency %d; %d new connections; %d recording transactions, %.1f ms each on average",
-			topic, last.Sub(first).Seconds()*1000, end.Sub(last).Seconds()*1000, peak, conns.Load()-conns0, txs, txSum/float64(max(txs, 1))*1000)
+		first, last, peak, mean := prov.span(topic)
+		t.Logf("%s: %.0f ms from the first request to the last answer, %.0f ms more until the offsets were committed; provider concurrency peak %d, mean %.1f; %d new connections; %d recording transactions, %.1f ms each on average",
+			topic, last.Sub(first).Seconds()*1000, end.Sub(last).Seconds()*1000, peak, mean, conns.Load()-conns0, txs, txSum/float64(max(txs, 1))*1000)
 		return float64(slowEvents) / end.Sub(prov.first(topic)).Seconds(), maxTxMs
 	}
 
@@ -186,11 +186,12 @@ type slowProvider struct {
 	last    map[string]time.Time
 	cur     map[string]int
 	peak    map[string]int
+	busy    map[string]time.Duration // sum of the requests' durations
 }
 
 func newSlowProvider(latency time.Duration) *slowProvider {
 	return &slowProvider{latency: latency, keys: map[string]map[string]int{}, start: map[string]time.Time{},
-		last: map[string]time.Time{}, cur: map[string]int{}, peak: map[string]int{}}
+		last: map[string]time.Time{}, cur: map[string]int{}, peak: map[string]int{}, busy: map[string]time.Duration{}}
 }
 
 func (p *slowProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -203,6 +204,7 @@ func (p *slowProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.cur[run]++
 	p.peak[run] = max(p.peak[run], p.cur[run])
 	p.mu.Unlock()
+	began := time.Now()
 	_, _ = io.Copy(io.Discard, r.Body)
 	time.Sleep(p.latency)
 	key := r.Header.Get("Idempotency-Key")
@@ -214,6 +216,7 @@ func (p *slowProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.keys[run][key]++
 	p.cur[run]--
 	p.last[run] = time.Now()
+	p.busy[run] += p.last[run].Sub(began)
 	p.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 }
@@ -225,11 +228,13 @@ func (p *slowProvider) first(run string) time.Time {
 	return p.start[run]
 }
 
-// span returns the run's first request, last answer and peak concurrency.
-func (p *slowProvider) span(run string) (first, last time.Time, peak int) {
+// span returns the run's first request, last answer, peak concurrency and
+// mean concurrency between them.
+func (p *slowProvider) span(run string) (first, last time.Time, peak int, mean float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.start[run], p.last[run], p.peak[run]
+	first, last = p.start[run], p.last[run]
+	return first, last, p.peak[run], p.busy[run].Seconds() / max(last.Sub(first).Seconds(), 1e-9)
 }
 
 // histogram returns the count and sum of a histogram in reg.

@@ -38,6 +38,7 @@ const (
 	xRunning                  // its handler calls are running (or it waits for its id's first record)
 	xSucceeded                // the handler succeeded; the id is to be recorded
 	xFailed                   // a dead letter is to be written
+	xAwaitRow                 // a copy: its id's first record, in another partition, was called; its row is awaited
 	xRecording                // in the running recording job (was xSucceeded or xFailed)
 	xDone                     // durably done: recorded, duplicate, skipped or dead-lettered
 	xStuck                    // never done in this session (PolicyStop, abandoned)
@@ -51,6 +52,9 @@ type xrec struct {
 	owner   bool
 	fetched time.Time
 	size    int64
+	prio    int  // records of its lane queued behind it when it started (slots)
+	inLane  bool // it holds its lane's turn
+	poked   bool // its claim's owner was asked to record at once
 }
 
 type xresult struct {
@@ -81,11 +85,12 @@ type xpart struct {
 	room      chan struct{} // one token per record fetched and not removed
 	bytes     atomic.Int64  // key and value bytes of those records
 	freed     chan struct{} // signals the fetcher that bytes were freed
-	running   int
-	draining  bool  // start no more calls
-	ending    bool  // the generation ended: record what finishes, then stop
-	stopErr   error // PolicyStop: returned once everything else is durable
-	committed int64 // touched only by the recording job (one at a time)
+	running   int           // goroutines of records whose result is not taken yet
+	awaiting  int           // of which records in xAwaitRow
+	draining  bool          // start no more calls
+	ending    bool          // the generation ended: record what finishes, then stop
+	stopErr   error         // PolicyStop: returned once everything else is durable
+	committed int64         // touched only by the recording job (one at a time)
 
 	// Lookups: records accepted and not looked up yet, and the job.
 	unlooked []*xrec
@@ -338,6 +343,7 @@ func (p *xpart) loop() error {
 		if p.recBusy {
 			continue
 		}
+		p.askOwners()
 		pending, prefix, urgent := p.flushable()
 		if pending == 0 && prefix == 0 {
 			p.due = false
@@ -350,7 +356,7 @@ func (p *xpart) loop() error {
 		// one of ours, when nothing else is running or queued here (the
 		// last of a burst), and when it frees half the look-ahead; else
 		// after BatchWait, so that one transaction takes many ids.
-		quiet := p.running == 0 && p.lanes.waiting == 0 && !p.lookBusy && len(p.unlooked) == 0
+		quiet := p.quiet()
 		if p.draining || urgent || quiet || p.due || pending >= p.lookAhead/2 || prefix >= p.lookAhead/2 ||
 			(prefix > 0 && len(p.window) >= p.lookAhead) {
 			p.due = false
@@ -364,6 +370,27 @@ func (p *xpart) loop() error {
 		} else if !armed {
 			flushT.Reset(p.c.cfg.BatchWait)
 			armed = true
+		}
+	}
+}
+
+// quiet reports whether nothing of the partition runs or waits to, but
+// records awaiting another partition's row.
+func (p *xpart) quiet() bool {
+	return p.running == p.awaiting && p.lanes.waiting == 0 && !p.lookBusy && len(p.unlooked) == 0
+}
+
+// askOwners asks the owners of the ids that records in xAwaitRow wait for to
+// record at once, when those records are all that holds the partition: it
+// is quiet, or its window is full.
+func (p *xpart) askOwners() {
+	if p.awaiting == 0 || !(p.quiet() || len(p.window) >= p.lookAhead) {
+		return
+	}
+	for _, r := range p.window {
+		if r.status == xAwaitRow && !r.poked {
+			r.poked = true
+			r.claim.want()
 		}
 	}
 }
@@ -555,15 +582,46 @@ func (p *xpart) ready(r *xrec) {
 	}
 }
 
+// start runs r in its lane's turn.
 func (p *xpart) start(r *xrec) {
-	r.status = xRunning
+	r.status, r.inLane = xRunning, true
+	r.prio = p.lanes.behind(r)
+	p.spawn(r, p.runRecord)
+}
+
+// spawn runs fn for r on a goroutine of its own and hands its outcome to
+// the loop.
+func (p *xpart) spawn(r *xrec, fn func(*xrec) callOutcome) {
 	p.running++
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		out := p.runRecord(r)
-		p.results <- xresult{r, out} // never blocks: one per record in the window
+		out := fn(r)
+		p.results <- xresult{r, out} // never blocks: at most one per record in the window
 	}()
+}
+
+// awaitRow waits until the record of r's id in another partition is
+// recorded or given up.
+func (p *xpart) awaitRow(r *xrec) callOutcome {
+	select {
+	case <-r.claim.done:
+		return outRowSettled
+	case <-p.callCtx.Done():
+		return outAbandoned
+	}
+}
+
+// callOffLane calls for r, whose id's first record was called in another
+// partition and then given up unrecorded: a replay with the same id (claims).
+func (p *xpart) callOffLane(r *xrec) callOutcome {
+	r.claim = p.c.claims.takeOver(r.ev.ID, r, p)
+	r.owner = r.claim != nil
+	out := p.callExternal(p.callCtx, r)
+	if r.claim != nil {
+		p.c.claims.called(r.ev.ID, r.claim, out == outSucceeded)
+	}
+	return out
 }
 
 // runRecord waits for the first record of r's id when r follows one (claims),
@@ -574,6 +632,8 @@ func (p *xpart) runRecord(r *xrec) callOutcome {
 		switch p.c.claims.follow(ctx, r.claim, p) {
 		case followDuplicate:
 			return outDuplicate
+		case followAwaitRow:
+			return outAwaitRow
 		case followAbandoned:
 			return outAbandoned
 		}
@@ -595,6 +655,9 @@ func (p *xpart) runRecord(r *xrec) callOutcome {
 func (p *xpart) finished(res xresult) {
 	r := res.r
 	p.running--
+	if r.status == xAwaitRow {
+		p.awaiting--
+	}
 	switch res.out {
 	case outSucceeded:
 		r.state = stHandled
@@ -610,10 +673,25 @@ func (p *xpart) finished(res xresult) {
 		p.reject(r)
 	case outAbandoned:
 		r.status = xStuck
+	case outAwaitRow:
+		r.status = xAwaitRow
+		p.awaiting++
+		p.spawn(r, p.awaitRow)
+	case outRowSettled:
+		switch {
+		case p.c.claims.recorded(r.claim):
+			r.state, r.status = stDuplicate, xDone
+		case p.draining:
+			r.status = xStuck
+		default:
+			r.status = xRunning
+			p.spawn(r, p.callOffLane)
+		}
 	}
-	if p.draining {
+	if !r.inLane || p.draining {
 		return
 	}
+	r.inLane = false
 	if next := p.lanes.done(r); next != nil {
 		p.start(next)
 	}
