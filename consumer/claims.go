@@ -20,20 +20,22 @@ import (
 //     owner's call: a duplicate if it succeeded. Its offset cannot be
 //     committed before the owner's, and the owner's offset only once its id
 //     is recorded.
-//   - in another partition, the follower waits for the owner's call; if it
-//     succeeded, the follower lets the next record of its lane start (it
-//     will not call) but stays unfinished, holding its partition's offset,
-//     until the owner's id is recorded (its recording transaction
-//     committed): then it is a duplicate. A partition with nothing else to
-//     do asks the owners' partitions to record at once rather than after
-//     BatchWait (wanted).
+//   - in another partition, the follower waits until the owner's id is
+//     recorded (its recording transaction committed) and is then a
+//     duplicate; its partition's offset is held meanwhile. A partition with
+//     nothing else to do asks the owners' partitions to record at once
+//     rather than after BatchWait (wanted).
+//
+// A follower in the owner's lane (same partition, same key under Key
+// ordering) waits in its lane's turn, after the owner. Any other follower
+// waits off its lane: it is the owner's event, ordered with the owner, and
+// does not hold up the later records of its own key.
 //
 // If the owner fails (dead letter) or is given up (rebalance, shutdown), the
 // follower calls the handler itself, taking the id over if no other record
-// has registered it since. A follower whose owner's call succeeded and was
-// then given up unrecorded calls after the later records of its lane may
-// have: the effect was applied in order by the owner's call, and the
-// follower's call, with the same id, is its replay.
+// has registered it since; a follower waiting off its lane then calls off
+// it, after later records of its key may have been called (a replay of the
+// owner's event, with the same id).
 //
 // Registration happens in one total order that is consistent with each
 // partition's offset order, and a record only ever waits on records
@@ -141,38 +143,28 @@ type followResult uint8
 
 const (
 	followDuplicate followResult = iota // the owner's id is settled: a duplicate
-	followAwaitRow                      // the owner's call succeeded in another partition; its row is not written yet
 	followCall                          // the owner failed or was given up: call
 	followAbandoned                     // ctx ended first
 )
 
-// follow waits, for a follower in session p, for the outcome of the owner's
-// call (see claims).
+// follow waits, for a follower in session p, until the owner settles the id
+// (see claims): its call's outcome in p, its row elsewhere.
 func (cl *claims) follow(ctx context.Context, c *claim, p *xpart) followResult {
+	wait := c.done
+	if c.part == p {
+		wait = c.call
+	}
 	select {
-	case <-c.call:
+	case <-wait:
 	case <-ctx.Done():
 		return followAbandoned
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	switch {
-	case !c.callOK:
-		return followCall
-	case c.part == p || (c.resolved && c.ok):
+	if (c.part == p && c.callOK) || (c.resolved && c.ok) {
 		return followDuplicate
-	case c.resolved:
-		return followCall
 	}
-	return followAwaitRow
-}
-
-// recorded reports, once c.done is closed, whether the owner's id was
-// recorded.
-func (cl *claims) recorded(c *claim) bool {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	return c.ok
+	return followCall
 }
 
 // want asks the owner's partition to record c's id at once.

@@ -122,12 +122,11 @@ func RunExternal(ctx context.Context, cfg Config, h ExternalHandler) error {
 type callOutcome uint8
 
 const (
-	outSucceeded  callOutcome = iota // the handler returned nil
-	outFailed                        // attempts used up, or Permanent: the handler_failed policy applies
-	outDuplicate                     // another record with the same id succeeded first (claims.go)
-	outAbandoned                     // the partition was revoked or shutdown ran out of time
-	outAwaitRow                      // another partition's record of the id was called: its row is awaited (claims.go)
-	outRowSettled                    // that record's row was written, or it was given up
+	outSucceeded callOutcome = iota // the handler returned nil
+	outFailed                       // attempts used up, or Permanent: the handler_failed policy applies
+	outDuplicate                    // another record with the same id succeeded first (claims.go)
+	outAbandoned                    // the partition was revoked or shutdown ran out of time
+	outMustCall                     // a copy waited off its lane: its id's first record failed or was given up (claims.go)
 )
 
 // callExternal runs the handler for r with retries, holding a MaxInFlight

@@ -50,6 +50,13 @@ func (l *lanes) add(r *xrec) bool {
 	return false
 }
 
+// same reports whether a and b are of one lane.
+func (l *lanes) same(a, b *xrec) bool {
+	ka, oka := l.laneOf(a)
+	kb, okb := l.laneOf(b)
+	return oka && okb && ka == kb
+}
+
 // behind returns how many records of r's lane are queued behind it.
 func (l *lanes) behind(r *xrec) int {
 	k, ok := l.laneOf(r)

@@ -38,7 +38,7 @@ const (
 	xRunning                  // its handler calls are running (or it waits for its id's first record)
 	xSucceeded                // the handler succeeded; the id is to be recorded
 	xFailed                   // a dead letter is to be written
-	xAwaitRow                 // a copy: its id's first record, in another partition, was called; its row is awaited
+	xAwaitRow                 // a copy waiting off its lane for its id's first record (claims)
 	xRecording                // in the running recording job (was xSucceeded or xFailed)
 	xDone                     // durably done: recorded, duplicate, skipped or dead-lettered
 	xStuck                    // never done in this session (PolicyStop, abandoned)
@@ -569,10 +569,17 @@ func (p *xpart) lookup(ids []uuid.UUID) (recorded, outside []bool, err error) {
 	}
 }
 
-// ready queues r in its lane, or starts it.
+// ready queues r in its lane, or starts it; a copy of an id whose first
+// record is in another lane waits off its lane (claims).
 func (p *xpart) ready(r *xrec) {
 	if p.draining {
 		r.status = xStuck
+		return
+	}
+	if r.claim != nil && !r.owner && !(r.claim.part == p && p.lanes.same(r, r.claim.owner)) {
+		r.status = xAwaitRow
+		p.awaiting++
+		p.spawn(r, p.awaitFirst)
 		return
 	}
 	if p.lanes.add(r) {
@@ -601,19 +608,20 @@ func (p *xpart) spawn(r *xrec, fn func(*xrec) callOutcome) {
 	}()
 }
 
-// awaitRow waits until the record of r's id in another partition is
-// recorded or given up.
-func (p *xpart) awaitRow(r *xrec) callOutcome {
-	select {
-	case <-r.claim.done:
-		return outRowSettled
-	case <-p.callCtx.Done():
+// awaitFirst waits, off r's lane, until the first record of r's id settles
+// it (claims).
+func (p *xpart) awaitFirst(r *xrec) callOutcome {
+	switch p.c.claims.follow(p.callCtx, r.claim, p) {
+	case followDuplicate:
+		return outDuplicate
+	case followAbandoned:
 		return outAbandoned
 	}
+	return outMustCall
 }
 
-// callOffLane calls for r, whose id's first record was called in another
-// partition and then given up unrecorded: a replay with the same id (claims).
+// callOffLane calls for r, a copy that waited off its lane for a first
+// record that failed or was given up (claims).
 func (p *xpart) callOffLane(r *xrec) callOutcome {
 	r.claim = p.c.claims.takeOver(r.ev.ID, r, p)
 	r.owner = r.claim != nil
@@ -632,8 +640,6 @@ func (p *xpart) runRecord(r *xrec) callOutcome {
 		switch p.c.claims.follow(ctx, r.claim, p) {
 		case followDuplicate:
 			return outDuplicate
-		case followAwaitRow:
-			return outAwaitRow
 		case followAbandoned:
 			return outAbandoned
 		}
@@ -673,17 +679,10 @@ func (p *xpart) finished(res xresult) {
 		p.reject(r)
 	case outAbandoned:
 		r.status = xStuck
-	case outAwaitRow:
-		r.status = xAwaitRow
-		p.awaiting++
-		p.spawn(r, p.awaitRow)
-	case outRowSettled:
-		switch {
-		case p.c.claims.recorded(r.claim):
-			r.state, r.status = stDuplicate, xDone
-		case p.draining:
+	case outMustCall:
+		if p.draining {
 			r.status = xStuck
-		default:
+		} else {
 			r.status = xRunning
 			p.spawn(r, p.callOffLane)
 		}
