@@ -149,6 +149,7 @@ func TestBenchSlowSink(t *testing.T) {
 		first, last, peak, mean := prov.span(topic)
 		t.Logf("%s: %.0f ms from the first request to the last answer, %.0f ms more until the offsets were committed; provider concurrency peak %d, mean %.1f; %d new connections; %d recording transactions, %.1f ms each on average",
 			topic, last.Sub(first).Seconds()*1000, end.Sub(last).Seconds()*1000, peak, mean, conns.Load()-conns0, txs, txSum/float64(max(txs, 1))*1000)
+		t.Logf("%s: provider concurrency per 100 ms:%s", topic, prov.profile(topic))
 		return float64(slowEvents) / end.Sub(prov.first(topic)).Seconds(), maxTxMs
 	}
 
@@ -187,11 +188,12 @@ type slowProvider struct {
 	cur     map[string]int
 	peak    map[string]int
 	busy    map[string]time.Duration // sum of the requests' durations
+	buckets map[string][]time.Duration // the same per 100 ms from the first request, by answer time
 }
 
 func newSlowProvider(latency time.Duration) *slowProvider {
 	return &slowProvider{latency: latency, keys: map[string]map[string]int{}, start: map[string]time.Time{},
-		last: map[string]time.Time{}, cur: map[string]int{}, peak: map[string]int{}, busy: map[string]time.Duration{}}
+		last: map[string]time.Time{}, cur: map[string]int{}, peak: map[string]int{}, busy: map[string]time.Duration{}, buckets: map[string][]time.Duration{}}
 }
 
 func (p *slowProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -217,8 +219,24 @@ func (p *slowProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.cur[run]--
 	p.last[run] = time.Now()
 	p.busy[run] += p.last[run].Sub(began)
+	b := int(p.last[run].Sub(p.start[run]) / (100 * time.Millisecond))
+	for len(p.buckets[run]) <= b {
+		p.buckets[run] = append(p.buckets[run], 0)
+	}
+	p.buckets[run][b] += p.last[run].Sub(began)
 	p.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
+}
+
+// profile returns the run's mean concurrency per 100 ms, for the log.
+func (p *slowProvider) profile(run string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for _, d := range p.buckets[run] {
+		fmt.Fprintf(&b, " %.0f", d.Seconds()/0.1)
+	}
+	return b.String()
 }
 
 // first is when the run's first request arrived.
