@@ -145,9 +145,10 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 			return outAbandoned
 		}
 		c.xm.calls.WithLabelValues(c.cfg.Topic).Inc()
+		began := time.Now()
 		err := p.invoke(hctx, &r.ev)
+		c.inFlight.release(time.Since(began))
 		c.xm.calls.WithLabelValues(c.cfg.Topic).Dec()
-		c.inFlight.release()
 		if err == nil {
 			if c.health.ok(compHandler) > 0 {
 				p.w.log.Info("the handler's dependency is available again")

@@ -2,8 +2,10 @@ package consumer
 
 import (
 	"container/heap"
+	"container/list"
 	"context"
 	"sync"
+	"time"
 )
 
 // lanes orders one partition's ready records by Config.Ordering: a record
@@ -97,19 +99,31 @@ func (l *lanes) done(r *xrec) *xrec {
 // earliest waiter: with more lanes ready than slots, first-come order makes
 // each step of a long lane wait behind a step of every other lane, so the
 // longest lanes finish last, one call at a time, with most slots idle.
-// Serving long lanes first keeps enough lanes busy until the end.
+// Serving long lanes first keeps enough lanes busy until the end. So that a
+// short lane is not starved (its record may be the oldest of its
+// partition's window, which holds the committed offset and, full, the
+// fetching), a call that has waited more than starveFactor times the mean
+// call is served first.
 type slots struct {
 	mu      sync.Mutex
 	free    int
 	seq     uint64
-	waiting slotQueue
+	waiting slotQueue     // by priority
+	arrival list.List     // of *slotWaiter, oldest first
+	mean    time.Duration // moving mean of how long a slot is held
 }
+
+// starveFactor times the mean call is the longest a call waits for a slot
+// while calls of longer lanes are served before it.
+const starveFactor = 4
 
 type slotWaiter struct {
 	prio  int
 	seq   uint64
+	since time.Time
 	ready chan struct{} // closed when the slot is handed over
 	index int           // in waiting; -1 once handed over
+	elem  *list.Element // in arrival
 }
 
 func newSlots(n int) *slots { return &slots{free: n} }
@@ -124,8 +138,9 @@ func (s *slots) acquire(ctx context.Context, prio int) bool {
 		return true
 	}
 	s.seq++
-	w := &slotWaiter{prio: prio, seq: s.seq, ready: make(chan struct{})}
+	w := &slotWaiter{prio: prio, seq: s.seq, since: time.Now(), ready: make(chan struct{})}
 	heap.Push(&s.waiting, w)
+	w.elem = s.arrival.PushBack(w)
 	s.mu.Unlock()
 	select {
 	case <-w.ready:
@@ -136,16 +151,23 @@ func (s *slots) acquire(ctx context.Context, prio int) bool {
 	defer s.mu.Unlock()
 	if w.index >= 0 {
 		heap.Remove(&s.waiting, w.index)
+		s.arrival.Remove(w.elem)
 		return false
 	}
 	s.releaseLocked() // handed over meanwhile: pass it on
 	return false
 }
 
-// release gives a slot back, to the first waiter if any.
-func (s *slots) release() {
+// release gives a slot back after a call that held it for held, to the
+// next waiter if any.
+func (s *slots) release(held time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.mean == 0 {
+		s.mean = held
+	} else {
+		s.mean += (held - s.mean) / 16
+	}
 	s.releaseLocked()
 }
 
@@ -154,7 +176,14 @@ func (s *slots) releaseLocked() {
 		s.free++
 		return
 	}
-	w := heap.Pop(&s.waiting).(*slotWaiter)
+	var w *slotWaiter
+	if old := s.arrival.Front().Value.(*slotWaiter); time.Since(old.since) > starveFactor*s.mean {
+		w = old
+		heap.Remove(&s.waiting, w.index)
+	} else {
+		w = heap.Pop(&s.waiting).(*slotWaiter)
+	}
+	s.arrival.Remove(w.elem)
 	close(w.ready)
 }
 
