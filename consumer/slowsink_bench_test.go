@@ -510,3 +510,84 @@ func permsgOne(ctx context.Context, pool *pgxpool.Pool, ins *dedup.Inserter, pos
 	}
 	return nil
 }
+
+// TestBenchTxLanes measures what key lanes would do to a transactional
+// handler (the SQL sink), for the decision in docs/design.md: one short
+// transaction per key lane has about BatchSize/keys records (500/200 = 2.5
+// here), and no more of them run at once than the pool has connections (8,
+// the default, already one per partition). So the runtime with BatchSize 3
+// bounds a lane-per-transaction runtime from above; it is compared with the
+// runtime's own batches (BatchSize 500), on 8 partitions, 200 keys, the
+// same stream, in alternating rounds. It runs only with
+// CONSUMER_BENCH_TX_LANES=1:
+//
+//	CONSUMER_BENCH_TX_LANES=1 go test ./consumer/ -run '^TestBenchTxLanes$' -count=1 -v
+func TestBenchTxLanes(t *testing.T) {
+	if os.Getenv("CONSUMER_BENCH_TX_LANES") == "" {
+		t.Skip("set CONSUMER_BENCH_TX_LANES=1 to run the benchmark")
+	}
+	const n, parts, keys, rounds = 8000, 8, 200, 3
+	ctx := context.Background()
+	k := consumertest.NewKafka(t)
+	dsn := consumertest.DatabaseURL(t)
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	table := dedup.Table{Interval: dedup.Daily}
+	createTables(t, pool, table)
+	if _, err := pool.Exec(ctx, `CREATE TABLE ledger (event_id uuid NOT NULL, amount numeric NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	h, err := sink.SQL(sink.SQLConfig{Statement: `INSERT INTO ledger (event_id, amount) VALUES ($1, ($2::jsonb->>'amount')::numeric)`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(15, 16))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	run := func(batch, round int) float64 {
+		topic := fmt.Sprintf("txlanes-%d-%d", batch, round)
+		k.MustCreateTopic(t, topic, parts)
+		k.MustCreateTopic(t, topic+".dlq", 1)
+		msgs := make([]kafka.Message, n)
+		for i := range msgs {
+			msgs[i] = kafka.Message{Key: []byte(slowKey(rng.IntN(keys))),
+				Value: fmt.Appendf(nil, `{"eventId":%q,"type":"charge","amount":"%d.00"}`, uuid.Must(uuid.NewV7()), rng.IntN(1000))}
+		}
+		w := k.Writer(topic)
+		for i := 0; i < n; i += 1000 {
+			if err := w.WriteMessages(ctx, msgs[i:i+1000]...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.Close()
+		c, err := consumer.New(consumer.Config{
+			Brokers: k.Brokers(), Topic: topic, Group: topic, DatabaseURL: dsn, Table: table, Logger: quiet,
+			BatchSize: batch, Registerer: prometheus.NewRegistry(),
+			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second,
+		}, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- c.Run(rctx) }()
+		waitGroupDone(t, k.Brokers(), topic, topic, parts, 5*time.Minute)
+		eps := float64(n) / time.Since(start).Seconds()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return eps
+	}
+	var batched, laned []float64
+	for r := range rounds {
+		batched = append(batched, run(consumer.DefaultBatchSize, r))
+		laned = append(laned, run(3, r))
+		t.Logf("round %d: BatchSize %d: %.0f records/s; BatchSize 3 (a lane's transaction): %.0f records/s", r, consumer.DefaultBatchSize, batched[r], laned[r])
+	}
+	b, l := median(batched), median(laned)
+	fmt.Printf("RESULT tx_lanes events=%d partitions=%d keys=%d batch_eps=%.0f lane_sized_tx_eps=%.0f lane_vs_batch=%.2f\n", n, parts, keys, b, l, l/b)
+}
