@@ -120,7 +120,11 @@ func (p *xpart) recorded(job *recJob) error {
 		p.bytes.Add(-r.size)
 		p.w.mem.releaseRecord(&r.msg)
 		p.countDone(r)
-		<-p.room
+		if r.lent {
+			p.lent--
+		} else {
+			<-p.room
+		}
 	}
 	select {
 	case p.freed <- struct{}{}:

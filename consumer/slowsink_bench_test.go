@@ -187,7 +187,7 @@ type slowProvider struct {
 	last    map[string]time.Time
 	cur     map[string]int
 	peak    map[string]int
-	busy    map[string]time.Duration // sum of the requests' durations
+	busy    map[string]time.Duration   // sum of the requests' durations
 	buckets map[string][]time.Duration // the same per 100 ms from the first request, by answer time
 }
 

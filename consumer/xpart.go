@@ -55,6 +55,7 @@ type xrec struct {
 	prio    int  // records of its lane queued behind it when it started (slots)
 	inLane  bool // it holds its lane's turn
 	poked   bool // its claim's owner was asked to record at once
+	lent    bool // gave its look-ahead room back while it waits off its lane
 }
 
 type xresult struct {
@@ -87,6 +88,7 @@ type xpart struct {
 	freed     chan struct{} // signals the fetcher that bytes were freed
 	running   int           // goroutines of records whose result is not taken yet
 	awaiting  int           // of which records in xAwaitRow
+	lent      int           // records in the window that gave their room back (at most lookAhead)
 	draining  bool          // start no more calls
 	ending    bool          // the generation ended: record what finishes, then stop
 	stopErr   error         // PolicyStop: returned once everything else is durable
@@ -358,7 +360,7 @@ func (p *xpart) loop() error {
 		// after BatchWait, so that one transaction takes many ids.
 		quiet := p.quiet()
 		if p.draining || urgent || quiet || p.due || pending >= p.lookAhead/2 || prefix >= p.lookAhead/2 ||
-			(prefix > 0 && len(p.window) >= p.lookAhead) {
+			(prefix > 0 && p.full()) {
 			p.due = false
 			if armed {
 				flushT.Stop()
@@ -380,11 +382,14 @@ func (p *xpart) quiet() bool {
 	return p.running == p.awaiting && p.lanes.waiting == 0 && !p.lookBusy && len(p.unlooked) == 0
 }
 
+// full reports whether the window holds its look-ahead: the fetcher waits.
+func (p *xpart) full() bool { return len(p.window)-p.lent >= p.lookAhead }
+
 // askOwners asks the owners of the ids that records in xAwaitRow wait for to
 // record at once, when those records are all that holds the partition: it
 // is quiet, or its window is full.
 func (p *xpart) askOwners() {
-	if p.awaiting == 0 || !(p.quiet() || len(p.window) >= p.lookAhead) {
+	if p.awaiting == 0 || !(p.quiet() || p.full()) {
 		return
 	}
 	for _, r := range p.window {
@@ -579,6 +584,14 @@ func (p *xpart) ready(r *xrec) {
 	if r.claim != nil && !r.owner && !(r.claim.part == p && p.lanes.same(r, r.claim.owner)) {
 		r.status = xAwaitRow
 		p.awaiting++
+		if p.lent < p.lookAhead {
+			// A copy waiting for another partition's record (deep in a
+			// long lane there, maybe) holds the offset, but not the
+			// look-ahead: the window may grow to twice it meanwhile.
+			<-p.room
+			r.lent = true
+			p.lent++
+		}
 		p.spawn(r, p.awaitFirst)
 		return
 	}
