@@ -105,6 +105,7 @@ type xpart struct {
 	recBusy bool
 	recRes  chan *recJob
 	due     bool          // BatchWait passed since something became flushable
+	lastJob time.Time     // when the last recording job started
 	urge    chan struct{} // a record of another partition waits for one of ours
 
 	pending                     int // this partition's share of the records_in_flight gauge
@@ -275,6 +276,7 @@ func (p *xpart) loop() error {
 	flushT.Stop()
 	defer flushT.Stop()
 	armed := false
+	var armedFor time.Time
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	genDone := w.genCtx.Done()
@@ -354,24 +356,32 @@ func (p *xpart) loop() error {
 			}
 			continue
 		}
-		// Recorded at once: at the end, when a record elsewhere waits for
-		// one of ours, when nothing else is running or queued here (the
-		// last of a burst), and when it frees half the look-ahead; else
-		// after BatchWait, so that one transaction takes many ids.
-		quiet := p.quiet()
-		if p.draining || urgent || quiet || p.due || pending >= p.lookAhead/2 || prefix >= p.lookAhead/2 ||
-			(prefix > 0 && p.full()) {
+		// Recorded at once: at the end, when nothing else is running or
+		// queued here (the last of a burst), and when it frees half the
+		// look-ahead; when a record elsewhere waits for one of ours, a
+		// quarter of BatchWait after the last recording at the soonest
+		// (the copies waiting hold only their offsets, and a partition
+		// with copies of many others' records would otherwise have them
+		// record one id at a time); else after BatchWait, so that one
+		// transaction takes many ids.
+		soon := p.lastJob.Add(p.c.cfg.BatchWait / 4)
+		if p.draining || p.quiet() || p.due || pending >= p.lookAhead/2 || prefix >= p.lookAhead/2 ||
+			(prefix > 0 && p.full()) || (urgent && !time.Now().Before(soon)) {
 			p.due = false
 			if armed {
 				flushT.Stop()
 				armed = false
 			}
+			p.lastJob = time.Now()
 			if err := p.startRecording(); err != nil {
 				return err
 			}
+		} else if urgent && (!armed || soon.Before(armedFor)) {
+			flushT.Reset(time.Until(soon))
+			armed, armedFor = true, soon
 		} else if !armed {
 			flushT.Reset(p.c.cfg.BatchWait)
-			armed = true
+			armed, armedFor = true, time.Now().Add(p.c.cfg.BatchWait)
 		}
 	}
 }
