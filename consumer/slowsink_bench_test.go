@@ -156,6 +156,8 @@ func TestBenchSlowSink(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+		// The sink's idle keep-alive connections would outlive the run.
+		srv.CloseClientConnections()
 		// Where the time went, for the report.
 		txs, txSum := histogram(t, reg, consumer.MetricsNamespace+"_transaction_duration_seconds")
 		first, last, peak, mean := prov.span(topic)
