@@ -500,3 +500,61 @@ func keyOn(p, parts int, prefix string) string {
 		}
 	}
 }
+
+// TestExternalCopyWaitsOffItsLane: a copy of an id whose first record, in
+// another partition, is still being called does not hold up the later
+// records of its own key; it holds its partition's offset until the first
+// record is recorded, then counts as a duplicate.
+func TestExternalCopyWaitsOffItsLane(t *testing.T) {
+	e := newEnv(t, withPartitions(2))
+	e.dumpLogsOnFailure(t)
+	id, later := newID(t), newID(t)
+	first, copyKey := keyOn(0, 2, "first"), keyOn(1, 2, "copy")
+	e.kafka.Produce(t, e.topic, keyed(id, 0, first, 1))
+	release := make(chan struct{})
+	calledFirst, calledLater := make(chan struct{}), make(chan struct{})
+	x := newXRecorder(t, time.Millisecond)
+	x.before = func(ctx context.Context, ev *consumer.Event) error {
+		switch ev.ID {
+		case id:
+			close(calledFirst)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case later:
+			close(calledLater)
+		}
+		return nil
+	}
+	e.startExternal(e.config(), x.handle)
+	<-calledFirst
+	e.kafka.Produce(t, e.topic, keyed(id, 1, copyKey, 1), keyed(later, 1, copyKey, 2))
+	select {
+	case <-calledLater:
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("the record after the copy under the copy's key was not called while the first record's call ran")
+	}
+	time.Sleep(300 * time.Millisecond) // several BatchWaits
+	co, err := e.committed(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if co[1] > 0 {
+		t.Fatalf("partition 1 committed offset %d past the copy while its first record was not recorded", co[1])
+	}
+	e.waitCaughtUp(t, 30*time.Second)
+	calls, bad := x.snapshot()
+	if len(bad) > 0 {
+		t.Fatal(bad)
+	}
+	if calls[id] != 1 || calls[later] != 1 {
+		t.Fatalf("calls: first id %d, later id %d; want 1 each", calls[id], calls[later])
+	}
+	if rows, distinct := e.dedupRows(t); rows != 2 || distinct != 2 {
+		t.Fatalf("%d dedup rows (%d distinct), want 2", rows, distinct)
+	}
+}
