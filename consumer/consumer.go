@@ -35,7 +35,7 @@ type Consumer struct {
 	// external is set instead of handler by NewExternal; inFlight is its
 	// MaxInFlight semaphore and claims its in-process id claims (claims.go).
 	external ExternalHandler
-	inFlight chan struct{}
+	inFlight *slots
 	claims   *claims
 	xm       *xmetrics
 	// mem is the process-wide memory budget (membudget.go).
