@@ -146,7 +146,7 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 			return outAbandoned
 		}
 		c.xm.calls.WithLabelValues(c.cfg.Topic).Inc()
-		err := p.invoke(hctx, &r.ev)
+		err := p.tracedInvoke(hctx, r)
 		c.xm.calls.WithLabelValues(c.cfg.Topic).Dec()
 		<-c.inFlight
 		if err == nil {

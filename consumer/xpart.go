@@ -313,6 +313,7 @@ func (p *xpart) gauges() {
 // accept decodes fetched records, looks their ids up and starts the ready
 // ones.
 func (p *xpart) accept(batch []kafka.Message) error {
+	defer p.traceAccept(batch)()
 	c := p.c
 	now := time.Now()
 	var recs []*xrec
