@@ -41,6 +41,7 @@ type tracing struct {
 	// names are built once: a span name per batch or call would allocate.
 	batchName, handleName string
 	common                []attribute.KeyValue
+	startOpts             []trace.SpanStartOption
 }
 
 func newTracing(tp trace.TracerProvider, topic, group string) *tracing {
@@ -53,6 +54,7 @@ func newTracing(tp trace.TracerProvider, topic, group string) *tracing {
 		group:      group,
 		batchName:  batchOp + " " + topic,
 		handleName: handleOp + " " + topic,
+		startOpts:  []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)},
 		common: []attribute.KeyValue{
 			semconv.MessagingSystemKafka,
 			semconv.MessagingOperationTypeProcess,
@@ -75,7 +77,7 @@ type batchSpan struct {
 func (t *tracing) startBatch(partition int, batch []kafka.Message) batchSpan {
 	// From an empty context: a span the caller's context carried would make
 	// a no-op provider look active (a no-op span has its parent's context).
-	_, span := t.tracer.Start(context.Background(), t.batchName, trace.WithSpanKind(trace.SpanKindConsumer))
+	_, span := t.tracer.Start(context.Background(), t.batchName, t.startOpts...)
 	sc := span.SpanContext()
 	if !sc.IsValid() {
 		return batchSpan{} // tracing is off
@@ -140,7 +142,7 @@ func (t *tracing) handlerSpan(ctx context.Context, it *item, secrets []string) (
 	if it.hasTrace {
 		parent = remoteContext(it.trace)
 	}
-	ctx, span := t.tracer.Start(trace.ContextWithSpanContext(ctx, parent), t.handleName, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := t.tracer.Start(trace.ContextWithSpanContext(ctx, parent), t.handleName, t.startOpts...)
 	if !span.IsRecording() {
 		return ctx, func(error) { span.End() }
 	}
