@@ -202,10 +202,17 @@ func (w *worker) startBatchSpan(batch []kafka.Message) batchSpan {
 	return bs
 }
 
-// tracedCall is call inside a handler span.
+// tracedCall is call inside a handler span. A handler that swallowed a
+// failed statement's error has failed (handle), and its span says so.
 func (w *worker) tracedCall(ctx context.Context, tx pgx.Tx, it *item) error {
 	ctx, end := w.c.tracing.handlerSpan(ctx, it, w.c.secrets)
 	err := w.call(ctx, tx, &it.ev)
+	if err == nil && it.batch.IsValid() {
+		if pc := tx.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() == 'E' {
+			end(errAbortedTx)
+			return nil
+		}
+	}
 	end(err)
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -94,18 +95,26 @@ func checkAttrs(t *testing.T, what string, s sdktrace.ReadOnlySpan, want map[str
 // TestTracingTransactional: a record with a traceparent yields a batch span
 // and a handler span whose parent is the record's producer span; a record
 // without one gets the batch span as parent; a duplicate shows as an event
-// on its batch span; a failing handler's spans have an error status.
+// on its batch span; a failing handler's spans have an error status, and so
+// do those of a handler that swallowed a failed statement's error.
 func TestTracingTransactional(t *testing.T) {
 	e := newEnv(t)
 	e.dumpLogsOnFailure(t)
 	tp, sr := newTracer(t)
-	traced, plain, failing := newID(t), newID(t), newID(t)
+	traced, plain, failing, swallowing := newID(t), newID(t), newID(t), newID(t)
 	e.failIDs.Store(failing, consumer.Permanent(errors.New("bad amount")))
+	handler := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
+		if ev.ID == swallowing {
+			_, _ = tx.Exec(ctx, "SELECT 1/0")
+			return nil
+		}
+		return e.handler(ctx, tx, ev)
+	}
 	m := event(traced, 0, "")
 	m.Key = []byte("customer-7")
 	m.Headers = []kafka.Header{{Key: "traceparent", Value: []byte(producerTP)}}
-	e.kafka.Produce(t, e.topic, m, event(plain, 0, ""), event(failing, 0, ""))
-	r := e.start(e.config(func(c *consumer.Config) { c.TracerProvider = tp; c.DeadLetterTopic = e.dlq }), nil)
+	e.kafka.Produce(t, e.topic, m, event(plain, 0, ""), event(failing, 0, ""), event(swallowing, 0, ""))
+	r := e.start(e.config(func(c *consumer.Config) { c.TracerProvider = tp; c.DeadLetterTopic = e.dlq }), handler)
 	e.waitCaughtUp(t, 30*time.Second)
 	// The duplicate comes in a later batch, after the first committed.
 	e.kafka.Produce(t, e.topic, m)
@@ -170,6 +179,16 @@ func TestTracingTransactional(t *testing.T) {
 		t.Errorf("failing handler: %d spans, want 1 with status error \"bad amount\"", len(fs))
 	} else if v, _ := attrOf(fs[0], "error.type"); v.AsString() != "permanent" {
 		t.Errorf("failing handler span error.type = %q, want permanent", v.Emit())
+	}
+
+	ss := handlerSpansOf(sr, e.topic, swallowing)
+	if len(ss) == 0 {
+		t.Error("no handler span for the handler that swallowed a statement's error")
+	}
+	for _, s := range ss {
+		if s.Status().Code != codes.Error || !strings.Contains(s.Status().Description, "aborted") {
+			t.Errorf("swallowed statement error: span status %v %q, want Error \"...aborted\"", s.Status().Code, s.Status().Description)
+		}
 	}
 
 	dupEvent := false
