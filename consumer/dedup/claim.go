@@ -351,14 +351,15 @@ func (e *Engine) ensureClaim(ctx context.Context) error {
 		var (
 			src, comment *string
 			config       []string
-			found        bool
+			found, exec  bool
 		)
 		qctx, cancel := e.bounded(ctx)
 		err := conn.QueryRow(qctx, `
-SELECT true, p.prosrc, obj_description(p.oid, 'pg_proc'), coalesce(p.proconfig, '{}')
+SELECT true, p.prosrc, obj_description(p.oid, 'pg_proc'), coalesce(p.proconfig, '{}'),
+       has_function_privilege('public', p.oid, 'EXECUTE')
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = $1 AND p.proname = $2 AND oidvectortypes(p.proargtypes) = $3`,
-			e.table.Schema, f.name, f.args).Scan(&found, &src, &comment, &config)
+			e.table.Schema, f.name, f.args).Scan(&found, &src, &comment, &config, &exec)
 		cancel()
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("looking up function %s: %w", f.name, err)
@@ -369,12 +370,17 @@ SELECT true, p.prosrc, obj_description(p.oid, 'pg_proc'), coalesce(p.proconfig, 
 			}
 			// The settings count too: an older version was installed without
 			// its search_path, and the body alone would not show that.
-			if src != nil && *src == f.body && slices.Equal(config, []string{proconfigSearchPath}) {
+			if src != nil && *src == f.body && slices.Equal(config, []string{proconfigSearchPath}) && exec {
 				continue // up to date: replacing it would only invalidate every session's cached plan
 			}
 		}
 		ident := pgx.Identifier{e.table.Schema, f.name}.Sanitize()
-		sql := f.create + ";\nCOMMENT ON FUNCTION " + ident + "(" + f.args + ") IS " + marker
+		// EXECUTE for PUBLIC explicitly: a database whose default privileges
+		// revoke it (a common hardening) would otherwise leave a role with
+		// the documented table privileges unable to call the function. It
+		// grants nothing: the functions are SECURITY INVOKER.
+		sql := f.create + ";\nCOMMENT ON FUNCTION " + ident + "(" + f.args + ") IS " + marker +
+			";\nGRANT EXECUTE ON FUNCTION " + ident + "(" + f.args + ") TO PUBLIC"
 		if err := e.ddl(ctx, conn, "installing function "+f.name, sql); err != nil {
 			return fmt.Errorf("ensuring claim functions of %s: %w", e.table, err)
 		}

@@ -1,9 +1,12 @@
 package dedup
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -81,5 +84,68 @@ CREATE OPERATOR shadow.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = shadow.al
 		if !slices.ContainsFunc(cfg, func(s string) bool { return strings.HasPrefix(s, "search_path=pg_catalog") }) {
 			t.Fatalf("%s after EnsureTable: proconfig %v, want a search_path starting with pg_catalog", fn, cfg)
 		}
+	}
+}
+
+// TestClaimExecuteNotRevokedByDefaults: a database hardened with ALTER
+// DEFAULT PRIVILEGES ... REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC (for the
+// role that runs EnsureTable) must not take the claim functions away from a
+// role with the documented privileges (USAGE on the schema, SELECT and
+// INSERT on the table): docs/any-language.md promises exactly those. The
+// functions are SECURITY INVOKER, so EXECUTE for PUBLIC grants nothing the
+// table's privileges do not; EnsureTable grants it, also to functions made
+// before.
+func TestClaimExecuteNotRevokedByDefaults(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	if _, err := pool.Exec(ctx, "ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	tbl := Table{Schema: "dedup", Name: "claim_exec", Scope: ScopeConsumerGroup}.WithDefaults()
+	e := claimTable(t, pool, tbl)
+	role := fmt.Sprintf("claim_exec_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, "CREATE ROLE "+role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = pool.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	if _, err := pool.Exec(ctx, fmt.Sprintf("GRANT USAGE ON SCHEMA dedup TO %[1]s; GRANT SELECT, INSERT ON %[2]s TO %[1]s", role, tbl)); err != nil {
+		t.Fatal(err)
+	}
+	claimAs := func() ([]string, error) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+role); err != nil {
+			return nil, err
+		}
+		v, err := claimIDs(ctx, tx, tbl, "g", idAt(claimDay))
+		if err != nil {
+			return nil, err
+		}
+		var one string
+		if err := tx.QueryRow(ctx, "SELECT "+tbl.ClaimOneFunction()+"($1, 'g')", idAt(claimDay)).Scan(&one); err != nil {
+			return nil, fmt.Errorf("claim_one: %w", err)
+		}
+		return append(v, one), nil
+	}
+	if got, err := claimAs(); err != nil || !slices.Equal(got, []string{"new", "new"}) {
+		t.Fatalf("claim as %s after EnsureTable: %v, %v; want [new new]", role, got, err)
+	}
+	// Functions installed before, without the grant: EnsureTable adds it.
+	for _, fn := range []string{tbl.ClaimFunction() + "(uuid[], text)", tbl.ClaimOneFunction() + "(uuid, text)"} {
+		if _, err := pool.Exec(ctx, "REVOKE EXECUTE ON FUNCTION "+fn+" FROM PUBLIC"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.EnsureTable(ctx, testOwner); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := claimAs(); err != nil || !slices.Equal(got, []string{"new", "new"}) {
+		t.Fatalf("claim as %s after a second EnsureTable: %v, %v; want [new new]", role, got, err)
 	}
 }
