@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // ControllerName names the controller, its field manager and its events.
@@ -88,7 +89,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.ConsumerImage == "" {
-		o.ConsumerImage = DefaultConsumerImage
+		o.ConsumerImage = objects.DefaultConsumerImage
 	}
 	if o.MaintenanceLead <= 0 {
 		o.MaintenanceLead = 5 * time.Minute

@@ -29,6 +29,7 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // TestRecreatedObjectTakesOverWhenOldDeploymentGoes: an object deleted and
@@ -51,7 +52,7 @@ func TestRecreatedObjectTakesOverWhenOldDeploymentGoes(t *testing.T) {
 
 	te.create(t, newConsumer(ns, "orders"))
 	old := te.waitReady(t, ns, "orders")
-	depKey := types.NamespacedName{Namespace: ns, Name: DeploymentName(old)}
+	depKey := types.NamespacedName{Namespace: ns, Name: objects.DeploymentName(old)}
 	oldDep := &appsv1.Deployment{}
 	if err := te.c.Get(ctx, depKey, oldDep); err != nil {
 		t.Fatal(err)
