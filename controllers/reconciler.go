@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/controllers/objects"
@@ -85,6 +86,11 @@ type Options struct {
 	// denied): the object is reconciled again after TopicRetryBase, doubling
 	// up to TopicRetryMax, until a look succeeds; defaults 1m and 10m.
 	TopicRetryBase, TopicRetryMax time.Duration
+	// MaxConcurrentTemplateUpgrades bounds the consumer Deployments rolling
+	// out a pod template change the operator made (not the spec) at once:
+	// a count or a percentage of the consumer Deployments (rollout.go);
+	// "0" applies such changes only with the next spec change. Default 10%.
+	MaxConcurrentTemplateUpgrades string
 }
 
 func (o Options) withDefaults() Options {
@@ -130,6 +136,9 @@ func (o Options) withDefaults() Options {
 	if o.TopicRetryMax < o.TopicRetryBase {
 		o.TopicRetryMax = o.TopicRetryBase
 	}
+	if o.MaxConcurrentTemplateUpgrades == "" {
+		o.MaxConcurrentTemplateUpgrades = DefaultMaxConcurrentTemplateUpgrades
+	}
 	return o
 }
 
@@ -153,6 +162,7 @@ type IdempotentConsumerReconciler struct {
 	Options Options
 
 	backoff    *backoff
+	rollout    *templateGate
 	topicCache topicCache
 	keda       kedaDetector
 }
@@ -288,6 +298,11 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 	if r.Topics == nil {
 		r.Topics = KafkaAdmin{Timeout: r.Options.KafkaTimeout}
 	}
+	maxUpgrades, err := ParseMaxConcurrentTemplateUpgrades(r.Options.MaxConcurrentTemplateUpgrades)
+	if err != nil {
+		return fmt.Errorf("setting up the %s controller: %w", ControllerName, err)
+	}
+	r.rollout = newTemplateGate(maxUpgrades, r.Client)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kafkav1alpha1.IdempotentConsumer{},
 		secretRefIndex, indexSecretRefs); err != nil {
 		return fmt.Errorf("indexing IdempotentConsumers by Secret: %w", err)
@@ -297,6 +312,7 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		For(&kafkav1alpha1.IdempotentConsumer{}, builder.WithPredicates(specOrDeletionChanged())).
 		Owns(&appsv1.Deployment{}).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.consumersForSecret)).
+		WatchesRawSource(source.Channel(r.rollout.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -336,5 +352,8 @@ func (r *IdempotentConsumerReconciler) forget(key types.NamespacedName) {
 		r.backoff.reset(key)
 	}
 	r.topicCache.forget(key)
+	if r.rollout != nil {
+		r.rollout.finished(key)
+	}
 	forgetObjectMetrics(key)
 }
