@@ -146,15 +146,21 @@ func templateHash(t *corev1.PodTemplateSpec) string {
 // operator's own: the pod template differs (a Deployment without the
 // template hash, made by a release before this one, counts as differing)
 // while the object's spec is the one last reconciled and the Secrets'
-// hash is the same. The generation is compared with status.
-// observedGeneration as read at the start of this reconcile: any spec
-// change, even to a field the Deployment does not use, makes the change
-// the user's and it is applied at once.
+// hash is the same, and the last template was not refused by Pod Security
+// admission. The generation is compared with status.observedGeneration
+// as read at the start of this reconcile: any spec change, even to a field
+// the Deployment does not use, makes the change the user's and it is
+// applied at once.
 func operatorCaused(obj *kafkav1alpha1.IdempotentConsumer, current, desired *appsv1.Deployment) bool {
 	if current == nil || current.Annotations[AnnotationTemplateHash] == desired.Annotations[AnnotationTemplateHash] {
 		return false
 	}
 	if obj.Generation != obj.Status.ObservedGeneration {
+		return false
+	}
+	if c := obj.GetCondition(kafkav1alpha1.ConditionConsumerReady); c != nil && c.Reason == ReasonPodSecurityRejected {
+		// The spec's template was refused, not applied: it is judged
+		// again on every reconcile, as before it was observed.
 		return false
 	}
 	return current.Spec.Template.Annotations[objects.AnnotationConfigHash] == desired.Spec.Template.Annotations[objects.AnnotationConfigHash]

@@ -36,6 +36,7 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/consumer/dedup"
 )
 
 // TestOperatorUpgrade upgrades the operator with consumers running.
@@ -47,6 +48,7 @@ import (
 // must change no more than 2 consumer Deployments at a time, the next ones
 // only once a rollout completes; a spec change is applied at once whatever
 // the bound; and the tables (markers, partitions) stay exactly as they were.
+// Then a downgrade: a table of a newer layout version is refused, untouched.
 func TestOperatorUpgrade(t *testing.T) {
 	if testing.Short() {
 		t.Skip("envtest and PostgreSQL: skipped with -short")
@@ -212,6 +214,29 @@ func TestOperatorUpgrade(t *testing.T) {
 	}
 	if after := catalogOf(t, conn); after != catalogBefore {
 		t.Fatalf("the upgrade changed the tables:\n%s\nbefore:\n%s", after, catalogBefore)
+	}
+
+	// A downgrade: a newer release laid c0's table out as version
+	// LayoutVersion()+1. This release refuses it, with a reason that says
+	// so, and touches nothing (the marker keeps the newer version).
+	newer := dedup.LayoutVersion() + 1
+	var comment string
+	if err := conn.QueryRow(ctx, `SELECT obj_description('public.events_c0'::regclass, 'pg_class')`).Scan(&comment); err != nil {
+		t.Fatal(err)
+	}
+	comment = strings.Replace(comment, fmt.Sprintf(`"version":%d`, dedup.LayoutVersion()), fmt.Sprintf(`"version":%d`, newer), 1)
+	if _, err := conn.Exec(ctx, `COMMENT ON TABLE public.events_c0 IS '`+comment+`'`); err != nil {
+		t.Fatal(err)
+	}
+	catalogNewer := catalogOf(t, conn)
+	te.poke(t, ns, "c0")
+	got := te.waitCondition(t, ns, "c0", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, ReasonTableLayoutNewer)
+	if c := got.GetCondition(kafkav1alpha1.ConditionStalled); c == nil || c.Status != metav1.ConditionTrue ||
+		!strings.Contains(got.GetCondition(kafkav1alpha1.ConditionDatabaseReady).Message, fmt.Sprintf("layout version %d", newer)) {
+		t.Fatalf("a table of a newer layout: want Stalled and a message naming version %d: %s", newer, conditionsSummary(got))
+	}
+	if after := catalogOf(t, conn); after != catalogNewer {
+		t.Fatalf("the downgraded operator changed the tables:\n%s\nbefore:\n%s", after, catalogNewer)
 	}
 }
 
