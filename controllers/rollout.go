@@ -143,7 +143,7 @@ func templateHash(t *corev1.PodTemplateSpec) string {
 }
 
 // operatorCaused reports whether the change from current to desired is the
-// operator's own: the pod template differs (a Deployment without the
+// operator's own: the Deployment differs, its pod template too (a Deployment without the
 // template hash, made by a release before this one, counts as differing)
 // while the object's spec is the one last reconciled and the Secrets'
 // hash is the same, and the last template was not refused by Pod Security
@@ -152,8 +152,9 @@ func templateHash(t *corev1.PodTemplateSpec) string {
 // the Deployment does not use, makes the change the user's and it is
 // applied at once.
 func operatorCaused(obj *kafkav1alpha1.IdempotentConsumer, current, desired *appsv1.Deployment) bool {
-	if current == nil || current.Annotations[AnnotationTemplateHash] == desired.Annotations[AnnotationTemplateHash] {
-		return false
+	if current == nil || current.Annotations[objects.AnnotationSpecHash] == desired.Annotations[objects.AnnotationSpecHash] ||
+		current.Annotations[AnnotationTemplateHash] == desired.Annotations[AnnotationTemplateHash] {
+		return false // nothing to apply, or nothing that restarts pods
 	}
 	if obj.Generation != obj.Status.ObservedGeneration {
 		return false
@@ -415,7 +416,9 @@ func (r *IdempotentConsumerReconciler) gateTemplate(ctx context.Context, s *reco
 }
 
 // templateUpgraded records an applied template upgrade, and wakes waiters
-// when this object's Deployment has finished rolling one out.
+// when this object's Deployment holds no slot (it finished rolling out an
+// upgrade, or a spec change replaced one): with no waiters it costs
+// nothing.
 func (r *IdempotentConsumerReconciler) templateUpgraded(ctx context.Context, s *reconcileState, d gateDecision, applied bool, dep *appsv1.Deployment) error {
 	if r.rollout == nil {
 		return nil
@@ -429,7 +432,7 @@ func (r *IdempotentConsumerReconciler) templateUpgraded(ctx context.Context, s *
 				dep.Name, r.rollout.max.String()))
 		}
 	}
-	if dep != nil && dep.Annotations[AnnotationTemplateUpgrade] != "" && !upgrading(dep) {
+	if dep != nil && !upgrading(dep) {
 		return r.rollout.wakeWaiters(ctx, r.Clock.Now())
 	}
 	return nil

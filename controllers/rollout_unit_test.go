@@ -68,10 +68,13 @@ func TestOperatorCaused(t *testing.T) {
 		if templateHash != "" {
 			d.Annotations[AnnotationTemplateHash] = templateHash
 		}
+		d.Annotations[objects.AnnotationSpecHash] = "spec-" + templateHash + configHash
 		d.Spec.Template.Annotations = map[string]string{objects.AnnotationConfigHash: configHash}
 		return d
 	}
 	desired := dep("new", "cfg")
+	legacySame := dep("", "cfg")
+	legacySame.Annotations[objects.AnnotationSpecHash] = desired.Annotations[objects.AnnotationSpecHash]
 	for _, c := range []struct {
 		name    string
 		mod     func(o *kafkav1alpha1.IdempotentConsumer)
@@ -82,6 +85,7 @@ func TestOperatorCaused(t *testing.T) {
 		{"same template", nil, dep("new", "cfg"), false},
 		{"the builder changed", nil, dep("old", "cfg"), true},
 		{"made by a release without the hash", nil, dep("", "cfg"), true},
+		{"made by a release without the hash, nothing to apply", nil, legacySame, false},
 		{"a Secret changed", nil, dep("old", "cfg0"), false},
 		{"the spec changed", func(o *kafkav1alpha1.IdempotentConsumer) { o.Generation = 4 }, dep("old", "cfg"), false},
 		{"the last template was refused", func(o *kafkav1alpha1.IdempotentConsumer) {

@@ -70,13 +70,19 @@ func TestOperatorUpgrade(t *testing.T) {
 		names = append(names, name)
 		te.create(t, newConsumer(ns, name, withTable("events_"+name)))
 	}
-	for _, name := range names {
+	// pinned names its image: the new release builds the same Deployment
+	// for it, which must not change at all (nor take a slot).
+	const pinned = "pinned"
+	te.create(t, newConsumer(ns, pinned, withTable("events_pinned"), func(o *kafkav1alpha1.IdempotentConsumer) {
+		o.Spec.Consumer.Image = "registry.example/consumer:pinned"
+	}))
+	for _, name := range append(slices.Clone(names), pinned) {
 		te.waitReady(t, ns, name)
 	}
 	te.stopManager()
 
 	// The previous release's Deployments: no template hash, no upgrade mark.
-	for _, name := range names {
+	for _, name := range append(slices.Clone(names), pinned) {
 		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-consumer"}}
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:null}}}`, AnnotationTemplateHash, AnnotationTemplateUpgrade)
 		if err := te.c.Patch(ctx, dep, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
@@ -100,7 +106,11 @@ func TestOperatorUpgrade(t *testing.T) {
 		}
 		return out
 	}
+	pinnedVersion := deps()[pinned].ResourceVersion
 	for name, d := range deps() {
+		if name == pinned {
+			continue
+		}
 		if img := d.Spec.Template.Spec.Containers[0].Image; img != oldImage || !rolledOut(d) {
 			t.Fatalf("previous release: Deployment of %s runs %s (rolled out %t), want %s, rolled out", name, img, rolledOut(d), oldImage)
 		}
@@ -208,6 +218,13 @@ func TestOperatorUpgrade(t *testing.T) {
 		if name != specChange && !hasEvent(te.events(t, ns, name), ReasonTemplateUpgraded) {
 			t.Errorf("%s: no %s Event", name, ReasonTemplateUpgraded)
 		}
+	}
+	if c := meta.FindStatusCondition(te.get(t, ns, pinned).Status.Conditions, ConditionTemplateUpgradePending); c != nil || hasEvent(te.events(t, ns, pinned), ReasonTemplateUpgraded) {
+		t.Errorf("%s, whose Deployment the new release builds the same, waited or was upgraded: %v", pinned, c)
+	}
+	if d := deps()[pinned]; d.ResourceVersion != pinnedVersion {
+		t.Errorf("the Deployment the new release builds the same was written: resourceVersion %s, was %s; annotations %v",
+			d.ResourceVersion, pinnedVersion, d.Annotations)
 	}
 	if v := testutil.ToFloat64(templateUpgradesPending); v != 0 {
 		t.Errorf("%s = %v after the upgrade, want 0", MetricTemplateUpgradesPending, v)
