@@ -87,9 +87,20 @@ const (
 	consumerUID       = 65532 // the distroless "nonroot" user
 )
 
+// deploymentSuffix ends the name of every consumer Deployment.
+const deploymentSuffix = "-consumer"
+
 // DeploymentName is the consumer Deployment's name for an object.
 func DeploymentName(obj *kafkav1alpha1.IdempotentConsumer) string {
-	return obj.Name + "-consumer"
+	return obj.Name + deploymentSuffix
+}
+
+// ConsumerNameOf is the inverse of DeploymentName: the name of the object
+// whose consumer Deployment would be called deployment, and whether there is
+// one.
+func ConsumerNameOf(deployment string) (string, bool) {
+	name, ok := strings.CutSuffix(deployment, deploymentSuffix)
+	return name, ok && name != ""
 }
 
 // SelectorLabels select the consumer pods of one object. They are part of
