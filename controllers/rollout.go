@@ -232,7 +232,9 @@ func (g *templateGate) slots(total int) int {
 // Deployments; g.mu is held.
 func (g *templateGate) inProgress(ctx context.Context, now time.Time) (map[types.NamespacedName]bool, int, error) {
 	var list appsv1.DeploymentList
-	if err := g.reader.List(ctx, &list, client.MatchingLabels{objects.LabelManagedBy: objects.ManagedByValue}); err != nil {
+	// Read only, so the cache's objects are not copied (a waiter lists all
+	// Deployments on each of its reconciles).
+	if err := g.reader.List(ctx, &list, client.MatchingLabels{objects.LabelManagedBy: objects.ManagedByValue}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, 0, fmt.Errorf("listing consumer Deployments to count template upgrades in progress: %w", err)
 	}
 	busy := map[types.NamespacedName]bool{}
