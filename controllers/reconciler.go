@@ -300,7 +300,7 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 	}
 	maxUpgrades, err := ParseMaxConcurrentTemplateUpgrades(r.Options.MaxConcurrentTemplateUpgrades)
 	if err != nil {
-		return fmt.Errorf("setting up the %s controller: %w", ControllerName, err)
+		return fmt.Errorf("setting up the %s controller: MaxConcurrentTemplateUpgrades: %w", ControllerName, err)
 	}
 	r.rollout = newTemplateGate(maxUpgrades, r.Client)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kafkav1alpha1.IdempotentConsumer{},
