@@ -97,7 +97,7 @@ const templateUpgradeRecheck = 5 * time.Minute
 // only with the next change of an object's spec.
 func ParseMaxConcurrentTemplateUpgrades(s string) (intstr.IntOrString, error) {
 	v := intstr.Parse(strings.TrimSpace(s))
-	bad := fmt.Errorf("%q is neither a count (5) nor a percentage of the consumer Deployments (10%%); 0 means only with the next spec change", s)
+	bad := fmt.Errorf("%q is neither a count (5) nor a percentage of the consumer Deployments up to 100%% (10%%); 0 means only with the next spec change", s)
 	if v.Type == intstr.Int {
 		if v.IntVal < 0 {
 			return v, bad
