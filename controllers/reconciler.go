@@ -203,6 +203,7 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 	}
 	for _, phase := range []func(context.Context, *reconcileState) error{
 		r.reconcileDatabase,
+		r.reconcileRoles,
 		r.reconcilePartitions,
 		r.decideAutoscaling,
 		r.reconcileTopics,
