@@ -199,6 +199,11 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 	s := &reconcileState{obj: obj, now: r.Clock.Now()}
 	if obj.Spec.Suspend {
 		r.markSuspended(s)
+		if r.rollout != nil {
+			// No Deployment changes while suspended: not a waiter to wake
+			// or to count (the alert on stuck upgrades would fire).
+			r.rollout.finished(req.NamespacedName)
+		}
 		return r.finish(ctx, orig, s)
 	}
 	for _, phase := range []func(context.Context, *reconcileState) error{
