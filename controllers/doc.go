@@ -18,7 +18,8 @@ limitations under the License.
 // (reconciler.go) runs a linear chain of phases, each in its own file: the
 // database (database.go: connection, table, ownership), the partitions
 // (partitions.go: maintenance on schedule), the topic checks (topics.go), the
-// consumer Deployment (deployment.go: server-side apply and rollout status),
+// consumer Deployment (deployment.go: server-side apply and rollout status;
+// rollout.go: the bound on template changes the operator itself causes),
 // autoscaling (autoscaling.go), deletion (delete.go), and status (status.go:
 // computed from what this loop observed, written once if it changed).
 // conditions.go holds every condition writer and Event reason, secrets.go
