@@ -122,6 +122,69 @@ func (e *Engine) GrantConsumer(ctx context.Context, role, group string) (GrantRe
 }
 
 func (e *Engine) grantConsumer(ctx context.Context, conn *pgx.Conn, role, group string, res *GrantResult) error {
+	if err := e.checkGrantable(ctx, conn); err != nil {
+		return err
+	}
+	p, err := e.rolePrivileges(ctx, conn, role)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !p.exists:
+		return fmt.Errorf("%w: %q (create it with CREATE ROLE ... LOGIN, then give the consumer its URL)", ErrRoleNotFound, role)
+	case p.owner:
+		res.Unrestricted = "it owns the table"
+		return nil
+	case p.super:
+		res.Unrestricted = "it is a superuser"
+		return nil
+	}
+	if p.bypass {
+		// Grants are still due; only the policies do not hold it back.
+		res.Unrestricted = "it bypasses row-level security (BYPASSRLS)"
+	}
+	r := pgx.Identifier{role}.Sanitize()
+	run := func(op, sql string) error {
+		if err := e.ddl(ctx, conn, op, sql); err != nil {
+			return err
+		}
+		res.Statements = append(res.Statements, sql)
+		return nil
+	}
+
+	if !p.usage {
+		if err := e.grantSchemaUsage(ctx, conn, role, run); err != nil {
+			return err
+		}
+	}
+	// The policies come before the table privileges, so that the role never
+	// holds a privilege its policy does not limit yet.
+	if err := e.createPolicies(ctx, conn, role, group, p, res); err != nil {
+		return err
+	}
+	if !p.tblOK {
+		if err := run("granting "+strings.Join(p.tblPrivs, ", ")+" on "+e.table.String(),
+			"GRANT "+strings.Join(p.tblPrivs, ", ")+" ON TABLE "+e.parent()+" TO "+r); err != nil {
+			return err
+		}
+	}
+	if !p.posOK {
+		if err := run("granting "+strings.Join(p.posPrivs, ", ")+" on "+e.positionsName(),
+			"GRANT "+strings.Join(p.posPrivs, ", ")+" ON TABLE "+e.positionsIdent()+" TO "+r); err != nil {
+			return err
+		}
+	}
+	if err := e.grantClaimFunctions(ctx, conn, role, run); err != nil {
+		return err
+	}
+
+	return nil
+}
+
+// checkGrantable checks that the table exists, is owned as EnsureTable
+// leaves it, and has its positions table: only then is there anything to
+// grant on.
+func (e *Engine) checkGrantable(ctx context.Context, conn *pgx.Conn) error {
 	st, err := e.observe(ctx, conn)
 	if err != nil {
 		return err
@@ -140,19 +203,27 @@ func (e *Engine) grantConsumer(ctx context.Context, conn *pgx.Conn, role, group 
 	} else if !ok {
 		return fmt.Errorf("%w: %s.%s (EnsureTable creates it)", ErrPositionsTableMissing, e.table.Schema, e.positionsName())
 	}
+	return nil
+}
 
-	var (
-		exists                 bool
-		owner, super, bypass   bool
-		usage, tblOK, posOK    bool
-		tblPrivs, posPrivs     []string
-		parentRLS, positionRLS bool
-	)
+// rolePrivs is what the consumer's role has on the table, its positions
+// table and its schema, and whether those tables have row-level security on.
+type rolePrivs struct {
+	exists                 bool
+	owner, super, bypass   bool
+	usage, tblOK, posOK    bool
+	tblPrivs, posPrivs     []string
+	parentRLS, positionRLS bool
+}
+
+// rolePrivileges reads rolePrivs for role.
+func (e *Engine) rolePrivileges(ctx context.Context, conn *pgx.Conn, role string) (rolePrivs, error) {
+	var p rolePrivs
 	qctx, cancel := e.bounded(ctx)
 	defer cancel()
 	// One read of everything the role has: has_*_privilege counts grants to
 	// PUBLIC and through role membership, so nothing is granted twice.
-	err = conn.QueryRow(qctx, `
+	err := conn.QueryRow(qctx, `
 WITH r AS (SELECT oid, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = $1),
      t AS (SELECT c.oid, c.relowner, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $3),
      p AS (SELECT c.oid, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $4)
@@ -166,65 +237,50 @@ SELECT EXISTS (SELECT 1 FROM r),
        ARRAY(SELECT pr FROM r, p, unnest(ARRAY['SELECT', 'INSERT', 'UPDATE']) pr WHERE NOT has_table_privilege(r.oid, p.oid, pr)),
        coalesce((SELECT relrowsecurity FROM t), false), coalesce((SELECT relrowsecurity FROM p), false)`,
 		role, e.table.Schema, e.table.Name, e.positionsName()).Scan(
-		&exists, &owner, &super, &bypass, &usage, &tblOK, &posOK, &tblPrivs, &posPrivs, &parentRLS, &positionRLS)
+		&p.exists, &p.owner, &p.super, &p.bypass, &p.usage, &p.tblOK, &p.posOK, &p.tblPrivs, &p.posPrivs, &p.parentRLS, &p.positionRLS)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("reading the role's privileges: %w", err)
+		return p, fmt.Errorf("reading the role's privileges: %w", err)
 	}
-	switch {
-	case !exists:
-		return fmt.Errorf("%w: %q (create it with CREATE ROLE ... LOGIN, then give the consumer its URL)", ErrRoleNotFound, role)
-	case owner:
-		res.Unrestricted = "it owns the table"
-		return nil
-	case super:
-		res.Unrestricted = "it is a superuser"
-		return nil
-	}
-	if bypass {
-		// Grants are still due; only the policies do not hold it back.
-		res.Unrestricted = "it bypasses row-level security (BYPASSRLS)"
-	}
-	r := pgx.Identifier{role}.Sanitize()
-	run := func(op, sql string) error {
-		if err := e.ddl(ctx, conn, op, sql); err != nil {
-			return err
-		}
-		res.Statements = append(res.Statements, sql)
-		return nil
-	}
+	return p, nil
+}
 
-	if !usage {
-		schema := pgx.Identifier{e.table.Schema}.Sanitize()
-		// A grantor without the right gets a WARNING, not an error: read
-		// the privilege again to know.
-		if err := run("granting USAGE on schema "+e.table.Schema, "GRANT USAGE ON SCHEMA "+schema+" TO "+r); err != nil {
-			return err
-		}
-		var ok bool
-		qctx, cancel := e.bounded(ctx)
-		err := conn.QueryRow(qctx, `SELECT has_schema_privilege($1, $2, 'USAGE')`, role, e.table.Schema).Scan(&ok)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("reading USAGE on schema %s: %w", e.table.Schema, err)
-		}
-		if !ok {
-			return &SchemaUsageError{Schema: e.table.Schema, Role: role}
-		}
+// grantSchemaUsage grants USAGE on the table's schema to role.
+func (e *Engine) grantSchemaUsage(ctx context.Context, conn *pgx.Conn, role string, run func(op, sql string) error) error {
+	r := pgx.Identifier{role}.Sanitize()
+	schema := pgx.Identifier{e.table.Schema}.Sanitize()
+	// A grantor without the right gets a WARNING, not an error: read
+	// the privilege again to know.
+	if err := run("granting USAGE on schema "+e.table.Schema, "GRANT USAGE ON SCHEMA "+schema+" TO "+r); err != nil {
+		return err
 	}
-	// The policies come before the table privileges, so that the role never
-	// holds a privilege its policy does not limit yet.
+	var ok bool
+	qctx, cancel := e.bounded(ctx)
+	err := conn.QueryRow(qctx, `SELECT has_schema_privilege($1, $2, 'USAGE')`, role, e.table.Schema).Scan(&ok)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reading USAGE on schema %s: %w", e.table.Schema, err)
+	}
+	if !ok {
+		return &SchemaUsageError{Schema: e.table.Schema, Role: role}
+	}
+	return nil
+}
+
+// createPolicies creates the row-level security policies that limit role to
+// group's rows, where they are missing (policySQL).
+func (e *Engine) createPolicies(ctx context.Context, conn *pgx.Conn, role, group string, p rolePrivs, res *GrantResult) error {
 	lit, err := e.literal(ctx, conn, group)
 	if err != nil {
 		return err
 	}
 	var policies []string
 	if e.table.Scope == ScopeConsumerGroup {
-		if policies, err = e.policySQL(ctx, conn, e.table.Name, parentRLS, role, group, lit); err != nil {
+		if policies, err = e.policySQL(ctx, conn, e.table.Name, p.parentRLS, role, group, lit); err != nil {
 			return err
 		}
 	}
-	more, err := e.policySQL(ctx, conn, e.positionsName(), positionRLS, role, group, lit)
+	more, err := e.policySQL(ctx, conn, e.positionsName(), p.positionRLS, role, group, lit)
 	if err != nil {
 		return err
 	}
@@ -236,22 +292,6 @@ SELECT EXISTS (SELECT 1 FROM r),
 		}
 		res.Statements = append(res.Statements, policies...)
 	}
-	if !tblOK {
-		if err := run("granting "+strings.Join(tblPrivs, ", ")+" on "+e.table.String(),
-			"GRANT "+strings.Join(tblPrivs, ", ")+" ON TABLE "+e.parent()+" TO "+r); err != nil {
-			return err
-		}
-	}
-	if !posOK {
-		if err := run("granting "+strings.Join(posPrivs, ", ")+" on "+e.positionsName(),
-			"GRANT "+strings.Join(posPrivs, ", ")+" ON TABLE "+e.positionsIdent()+" TO "+r); err != nil {
-			return err
-		}
-	}
-	if err := e.grantClaimFunctions(ctx, conn, role, run); err != nil {
-		return err
-	}
-
 	return nil
 }
 
