@@ -102,17 +102,7 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 		start := time.Now()
 		err := w.transact(part)
 		if err == nil {
-			c.metrics.txSeconds.Observe(time.Since(start).Seconds())
-			c.health.dbSucceeded()
-			if d := c.health.ok(compDatabase); d > 0 {
-				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
-			}
-			w.guard.committed(c.cfg.BatchSize)
-			if !c.hooks.disableDedup {
-				// The part recorded its position: the next part's check
-				// must find the database behind if it lost this one.
-				w.dbPos = part[len(part)-1].msg.Offset + 1
-			}
+			w.partCommitted(part, start)
 			if split > 0 {
 				split *= 2 // the refused record is behind us, or still ahead: either way, bisect
 			}
@@ -142,50 +132,10 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 		if !errors.As(err, &ie) {
 			return 0, err // errAbandoned, ErrStopped or a *rewindError
 		}
-		if refused := commitRefused(err); refused != nil {
-			// A deferred constraint or trigger refused the COMMIT because
-			// of what some handler wrote: retrying the same transaction
-			// would fail forever. Split the transaction until the event is
-			// alone, then take it as that event's failure.
-			if len(part) > 1 {
-				split = len(part) / 2
-				w.log.Debug("the database refused the commit; splitting the transaction", "records", len(part), "err", redactErr(refused, c.secrets...))
-				continue
-			}
-			if it := &part[0]; it.state == stHandled && it.poison == "" {
-				it.poison = redactText("the database refused to commit the event's writes: "+refused.Error(), c.secrets...)
-				continue
-			}
-		}
-		timeout := isServerTimeout(err)
-		err = redactErr(err, c.secrets...)
-		if timeout && w.guard.shrink(len(part)) {
-			// Retrying the same transaction would run into the same timeout
-			// forever (and repeat every handler's external calls): commit
-			// fewer records per transaction instead.
-			c.metrics.txTimeouts.WithLabelValues(c.cfg.Topic).Inc()
-			if !w.guard.logged {
-				w.guard.logged = true
-				w.log.Warn("the database ended the batch transaction (server-side timeout); committing fewer records per transaction",
-					"err", err, "records", len(part), "limit", w.guard.limit)
-			} else {
-				w.log.Debug("server-side timeout again; records per transaction reduced", "records", len(part), "limit", w.guard.limit)
-			}
+		if w.splitRefused(part, err, &split) {
 			continue
 		}
-		c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
-		if c.health.fail(compDatabase, err) {
-			msg := "batch transaction failed; pausing and retrying"
-			if timeout {
-				// One record's handler alone outlasts the server's timeout:
-				// nothing the runtime can split further.
-				msg = "the database ended a one-record transaction (server-side timeout): raise idle_in_transaction_session_timeout or transaction_timeout above the handler's duration; pausing and retrying"
-			}
-			w.log.Warn(msg, "err", err, "records", len(part))
-		} else {
-			w.log.Debug("batch transaction failed again", "err", err)
-		}
-		if !w.pause(bo.next()) {
+		if !w.txFailed(part, err, bo) {
 			return 0, errAbandoned
 		}
 	}
@@ -200,6 +150,83 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 	}
 	w.count(items)
 	return next, nil
+}
+
+// partCommitted records a part's committed transaction: metrics, health,
+// the transaction size guard and the position the database now holds.
+func (w *worker) partCommitted(part []item, start time.Time) {
+	c := w.c
+	c.metrics.txSeconds.Observe(time.Since(start).Seconds())
+	c.health.dbSucceeded()
+	if d := c.health.ok(compDatabase); d > 0 {
+		w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
+	}
+	w.guard.committed(c.cfg.BatchSize)
+	if !c.hooks.disableDedup {
+		// The part recorded its position: the next part's check
+		// must find the database behind if it lost this one.
+		w.dbPos = part[len(part)-1].msg.Offset + 1
+	}
+}
+
+// splitRefused handles a COMMIT the database refused (commitRefused): it
+// halves the part (*split), or poisons the part's one event; true if the
+// part is to be tried again so.
+func (w *worker) splitRefused(part []item, err error, split *int) bool {
+	c := w.c
+	if refused := commitRefused(err); refused != nil {
+		// A deferred constraint or trigger refused the COMMIT because
+		// of what some handler wrote: retrying the same transaction
+		// would fail forever. Split the transaction until the event is
+		// alone, then take it as that event's failure.
+		if len(part) > 1 {
+			*split = len(part) / 2
+			w.log.Debug("the database refused the commit; splitting the transaction", "records", len(part), "err", redactErr(refused, c.secrets...))
+			return true
+		}
+		if it := &part[0]; it.state == stHandled && it.poison == "" {
+			it.poison = redactText("the database refused to commit the event's writes: "+refused.Error(), c.secrets...)
+			return true
+		}
+	}
+	return false
+}
+
+// txFailed handles a failed batch transaction: after a server-side timeout it
+// commits fewer records per transaction, otherwise it reports the database's
+// failure and pauses. False if the generation ended or shutdown timed out
+// during the pause.
+func (w *worker) txFailed(part []item, err error, bo *backoff) bool {
+	c := w.c
+	timeout := isServerTimeout(err)
+	err = redactErr(err, c.secrets...)
+	if timeout && w.guard.shrink(len(part)) {
+		// Retrying the same transaction would run into the same timeout
+		// forever (and repeat every handler's external calls): commit
+		// fewer records per transaction instead.
+		c.metrics.txTimeouts.WithLabelValues(c.cfg.Topic).Inc()
+		if !w.guard.logged {
+			w.guard.logged = true
+			w.log.Warn("the database ended the batch transaction (server-side timeout); committing fewer records per transaction",
+				"err", err, "records", len(part), "limit", w.guard.limit)
+		} else {
+			w.log.Debug("server-side timeout again; records per transaction reduced", "records", len(part), "limit", w.guard.limit)
+		}
+		return true
+	}
+	c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
+	if c.health.fail(compDatabase, err) {
+		msg := "batch transaction failed; pausing and retrying"
+		if timeout {
+			// One record's handler alone outlasts the server's timeout:
+			// nothing the runtime can split further.
+			msg = "the database ended a one-record transaction (server-side timeout): raise idle_in_transaction_session_timeout or transaction_timeout above the handler's duration; pausing and retrying"
+		}
+		w.log.Warn(msg, "err", err, "records", len(part))
+	} else {
+		w.log.Debug("batch transaction failed again", "err", err)
+	}
+	return w.pause(bo.next())
 }
 
 // markOwnRows flags the events of part after poison whose handlers had not
