@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/trace"
 
@@ -102,17 +100,7 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 		start := time.Now()
 		err := w.transact(part)
 		if err == nil {
-			c.metrics.txSeconds.Observe(time.Since(start).Seconds())
-			c.health.dbSucceeded()
-			if d := c.health.ok(compDatabase); d > 0 {
-				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
-			}
-			w.guard.committed(c.cfg.BatchSize)
-			if !c.hooks.disableDedup {
-				// The part recorded its position: the next part's check
-				// must find the database behind if it lost this one.
-				w.dbPos = part[len(part)-1].msg.Offset + 1
-			}
+			w.partCommitted(part, start)
 			if split > 0 {
 				split *= 2 // the refused record is behind us, or still ahead: either way, bisect
 			}
@@ -142,50 +130,10 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 		if !errors.As(err, &ie) {
 			return 0, err // errAbandoned, ErrStopped or a *rewindError
 		}
-		if refused := commitRefused(err); refused != nil {
-			// A deferred constraint or trigger refused the COMMIT because
-			// of what some handler wrote: retrying the same transaction
-			// would fail forever. Split the transaction until the event is
-			// alone, then take it as that event's failure.
-			if len(part) > 1 {
-				split = len(part) / 2
-				w.log.Debug("the database refused the commit; splitting the transaction", "records", len(part), "err", redactErr(refused, c.secrets...))
-				continue
-			}
-			if it := &part[0]; it.state == stHandled && it.poison == "" {
-				it.poison = redactText("the database refused to commit the event's writes: "+refused.Error(), c.secrets...)
-				continue
-			}
-		}
-		timeout := isServerTimeout(err)
-		err = redactErr(err, c.secrets...)
-		if timeout && w.guard.shrink(len(part)) {
-			// Retrying the same transaction would run into the same timeout
-			// forever (and repeat every handler's external calls): commit
-			// fewer records per transaction instead.
-			c.metrics.txTimeouts.WithLabelValues(c.cfg.Topic).Inc()
-			if !w.guard.logged {
-				w.guard.logged = true
-				w.log.Warn("the database ended the batch transaction (server-side timeout); committing fewer records per transaction",
-					"err", err, "records", len(part), "limit", w.guard.limit)
-			} else {
-				w.log.Debug("server-side timeout again; records per transaction reduced", "records", len(part), "limit", w.guard.limit)
-			}
+		if w.splitRefused(part, err, &split) {
 			continue
 		}
-		c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
-		if c.health.fail(compDatabase, err) {
-			msg := "batch transaction failed; pausing and retrying"
-			if timeout {
-				// One record's handler alone outlasts the server's timeout:
-				// nothing the runtime can split further.
-				msg = "the database ended a one-record transaction (server-side timeout): raise idle_in_transaction_session_timeout or transaction_timeout above the handler's duration; pausing and retrying"
-			}
-			w.log.Warn(msg, "err", err, "records", len(part))
-		} else {
-			w.log.Debug("batch transaction failed again", "err", err)
-		}
-		if !w.pause(bo.next()) {
+		if !w.txFailed(part, err, bo) {
 			return 0, errAbandoned
 		}
 	}
@@ -200,6 +148,83 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 	}
 	w.count(items)
 	return next, nil
+}
+
+// partCommitted records a part's committed transaction: metrics, health,
+// the transaction size guard and the position the database now holds.
+func (w *worker) partCommitted(part []item, start time.Time) {
+	c := w.c
+	c.metrics.txSeconds.Observe(time.Since(start).Seconds())
+	c.health.dbSucceeded()
+	if d := c.health.ok(compDatabase); d > 0 {
+		w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
+	}
+	w.guard.committed(c.cfg.BatchSize)
+	if !c.hooks.disableDedup {
+		// The part recorded its position: the next part's check
+		// must find the database behind if it lost this one.
+		w.dbPos = part[len(part)-1].msg.Offset + 1
+	}
+}
+
+// splitRefused handles a COMMIT the database refused (commitRefused): it
+// halves the part (*split), or poisons the part's one event; true if the
+// part is to be tried again so.
+func (w *worker) splitRefused(part []item, err error, split *int) bool {
+	c := w.c
+	if refused := commitRefused(err); refused != nil {
+		// A deferred constraint or trigger refused the COMMIT because
+		// of what some handler wrote: retrying the same transaction
+		// would fail forever. Split the transaction until the event is
+		// alone, then take it as that event's failure.
+		if len(part) > 1 {
+			*split = len(part) / 2
+			w.log.Debug("the database refused the commit; splitting the transaction", "records", len(part), "err", redactErr(refused, c.secrets...))
+			return true
+		}
+		if it := &part[0]; it.state == stHandled && it.poison == "" {
+			it.poison = redactText("the database refused to commit the event's writes: "+refused.Error(), c.secrets...)
+			return true
+		}
+	}
+	return false
+}
+
+// txFailed handles a failed batch transaction: after a server-side timeout it
+// commits fewer records per transaction, otherwise it reports the database's
+// failure and pauses. False if the generation ended or shutdown timed out
+// during the pause.
+func (w *worker) txFailed(part []item, err error, bo *backoff) bool {
+	c := w.c
+	timeout := isServerTimeout(err)
+	err = redactErr(err, c.secrets...)
+	if timeout && w.guard.shrink(len(part)) {
+		// Retrying the same transaction would run into the same timeout
+		// forever (and repeat every handler's external calls): commit
+		// fewer records per transaction instead.
+		c.metrics.txTimeouts.WithLabelValues(c.cfg.Topic).Inc()
+		if !w.guard.logged {
+			w.guard.logged = true
+			w.log.Warn("the database ended the batch transaction (server-side timeout); committing fewer records per transaction",
+				"err", err, "records", len(part), "limit", w.guard.limit)
+		} else {
+			w.log.Debug("server-side timeout again; records per transaction reduced", "records", len(part), "limit", w.guard.limit)
+		}
+		return true
+	}
+	c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
+	if c.health.fail(compDatabase, err) {
+		msg := "batch transaction failed; pausing and retrying"
+		if timeout {
+			// One record's handler alone outlasts the server's timeout:
+			// nothing the runtime can split further.
+			msg = "the database ended a one-record transaction (server-side timeout): raise idle_in_transaction_session_timeout or transaction_timeout above the handler's duration; pausing and retrying"
+		}
+		w.log.Warn(msg, "err", err, "records", len(part))
+	} else {
+		w.log.Debug("batch transaction failed again", "err", err)
+	}
+	return w.pause(bo.next())
 }
 
 // markOwnRows flags the events of part after poison whose handlers had not
@@ -336,167 +361,6 @@ func (w *worker) transact(items []item) error {
 		// already recorded and runs no handler: the effect stays single.
 		return infra("committing: %w", &commitError{err})
 	}
-	return nil
-}
-
-// handle runs the handler for one event under a savepoint, with retries.
-// sps says which savepoint an earlier event of this transaction left
-// established (it is released when this event's savepoint is opened,
-// keeping the subtransaction nesting flat).
-//
-// After every call it reads the transaction's state from the connection,
-// so that the event's effect commits with its dedup row, or neither does,
-// whatever the handler did: a handler that returned nil over a failed
-// statement (the transaction is aborted) has failed; a statement that
-// aborted the transaction before the event's savepoint existed redoes it
-// in safe mode; a lost connection is the database's failure. A handler
-// that ended the transaction, or left a query result open on its
-// connection, is poisoned and the transaction redone without it.
-func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoints) error {
-	c := w.c
-	if it.poison != "" {
-		it.attempts, it.errText = 1, it.poison
-		return w.handlerFailed(ctx, tx, it)
-	}
-	et := newEventTx(tx, sps)
-	defer func() { et.done = true }()
-
-	hctx := ContextWithEvent(ctx, &it.ev)
-	if it.hasTrace {
-		hctx = ContextWithTrace(hctx, it.trace)
-	}
-	pc := tx.Conn().PgConn()
-	bo := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
-	for attempt := 1; ; attempt++ {
-		err := w.tracedCall(hctx, et, it)
-		if ctx.Err() != nil {
-			return errAbandoned
-		}
-		if et.opened {
-			sps.owner = it
-		}
-		if gone := errors.Join(et.failed, et.redo); gone != nil && savepointGone(gone) && sps.owner != nil {
-			// The previous savepoint vanished: the handler that ran with
-			// it ended the transaction and carried on in a new one (COMMIT
-			// AND CHAIN), or released it. Its COMMIT may have committed the
-			// dedup rows of this event and the later ones without their
-			// effects: redo the transaction without that handler, taking
-			// those rows for the events' own (markOwnRows).
-			return w.txEnded(sps.owner, fmt.Errorf("%w (the runtime's savepoint was gone after it returned)", errTxEnded), nil)
-		}
-		if et.failed != nil {
-			return &infraError{fmt.Errorf("opening the event's savepoint: %w", et.failed)}
-		}
-		if et.redo != nil {
-			return &redoError{err: fmt.Errorf("the handler's statement broke the transaction before the event's savepoint was established: %w", et.redo)}
-		}
-		if pc.IsClosed() {
-			if err == nil {
-				err = errConnLost
-			}
-			return &infraError{fmt.Errorf("handler: %w", err)}
-		}
-		var ended error
-		if pc.IsBusy() {
-			// A result the handler left open holds the connection: no
-			// statement, not even the rollback, can run on it any more.
-			// Closing it ends the transaction on the server.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = pc.Close(cctx)
-			cancel()
-			ended = errResultOpen
-		} else if pc.TxStatus() == 'I' {
-			// Whatever was committed stays, the rest is gone.
-			ended = errTxEnded
-		}
-		if ended != nil {
-			// Redo the transaction without calling this handler again.
-			return w.txEnded(it, ended, err)
-		}
-		if pc.TxStatus() == 'E' {
-			// A statement failed: if the handler swallowed the error, it
-			// failed all the same.
-			if err == nil {
-				err = errAbortedTx
-			}
-			if !et.opened {
-				// Nothing of this event can be rolled back alone.
-				return &redoError{err: fmt.Errorf("the transaction is aborted and the event's savepoint was never established: %w", err)}
-			}
-		}
-		if err == nil {
-			it.state = stHandled
-			return nil
-		}
-		c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
-		if handlerInfra(err) {
-			return &infraError{fmt.Errorf("handler: %w", err)}
-		}
-		if et.opened {
-			if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+et.savepoint()); rbErr != nil {
-				if savepointGone(rbErr) {
-					// This handler ended the transaction and went on in a
-					// new one, or released the savepoint (see above).
-					return w.txEnded(it, fmt.Errorf("%w (the runtime's savepoint was gone after it returned)", errTxEnded), err)
-				}
-				// The connection or transaction is gone: not the event's fault.
-				return &infraError{fmt.Errorf("handler failed and rolling back to its savepoint failed: %w", errors.Join(err, rbErr))}
-			}
-		}
-		it.attempts = attempt
-		it.errText = redactText(err.Error(), c.secrets...)
-		if IsPermanent(err) || attempt >= c.cfg.HandlerMaxAttempts {
-			return w.handlerFailed(ctx, tx, it)
-		}
-		w.log.Debug("handler failed; retrying", "offset", it.ev.Offset, "eventId", it.ev.ID, "attempt", attempt, "err", it.errText)
-		if !w.pause(bo.next()) {
-			return errAbandoned
-		}
-	}
-}
-
-// txEnded is the redo of a transaction that the handler of it ended
-// (ended wraps errTxEnded) or left unusable: it is not called again and
-// takes the handler_failed policy, with its own error err, if any, in the
-// text.
-func (w *worker) txEnded(it *item, ended, err error) error {
-	c := w.c
-	c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
-	text := ended.Error()
-	if err != nil {
-		text += ": " + err.Error()
-	}
-	return &redoError{err: ended, poison: it, poisonText: redactText(text, c.secrets...)}
-}
-
-// call runs the handler, turning a panic into an error.
-func (w *worker) call(ctx context.Context, tx pgx.Tx, ev *Event) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			w.log.Error("handler panicked", "offset", ev.Offset, "eventId", ev.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			err = fmt.Errorf("handler panicked: %v", r)
-		}
-	}()
-	return w.c.handler(ctx, tx, ev)
-}
-
-// handlerFailed applies the handler_failed policy to an event whose attempts
-// are used up.
-func (w *worker) handlerFailed(ctx context.Context, tx pgx.Tx, it *item) error {
-	it.reason = ReasonHandlerFailed
-	it.policy = w.c.cfg.Policies[ReasonHandlerFailed]
-	if it.policy == PolicyStop {
-		return w.stopError(it)
-	}
-	if it.ev.Deduplicated && !w.c.hooks.disableDedup {
-		// Take the id back out of the dedup table, in this transaction: the
-		// event had no effect, and replaying it from the dead-letter topic
-		// once the cause is fixed must not be skipped as a duplicate.
-		if err := w.c.forget(ctx, tx, it.ev.ID); err != nil {
-			return infra("removing the dedup row of a failed event: %w", err)
-		}
-	}
-	it.state = stRejected
 	return nil
 }
 

@@ -226,6 +226,35 @@ func Parse(args []string, getenv func(string) string, usage io.Writer) (Options,
 func build(v *values) (Options, error) {
 	var o Options
 	c := &o.Consumer
+	buildKafka(v, c)
+	buildProcessing(v, c)
+	buildMemory(v, &o)
+	buildLogging(v, &o)
+	buildSinkSettings(v, &o)
+	collectSecrets(&o)
+
+	// In the library zero means "the default"; here a zero is a mistake.
+	for _, p := range []struct {
+		env string
+		n   int
+	}{{ev.BatchMaxMessages, c.BatchSize}, {ev.HandlerMaxAttempts, c.HandlerMaxAttempts}, {ev.DatabaseMaxConns, int(c.DatabaseMaxConns)}} {
+		if p.n < 1 && v.m[p.env] != "" {
+			v.fail(p.env, "%d: must be at least 1", p.n)
+		}
+	}
+	if len(v.errs) == 0 {
+		if err := c.Validate(); err != nil {
+			v.errs = append(v.errs, configError(err))
+		}
+	}
+	if len(v.errs) > 0 {
+		return o, errors.Join(v.errs...)
+	}
+	return o, nil
+}
+
+// buildKafka reads the broker, topic, group and connection settings.
+func buildKafka(v *values, c *consumer.Config) {
 	for _, b := range strings.Split(v.str(ev.Brokers), ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			c.Brokers = append(c.Brokers, b)
@@ -251,7 +280,11 @@ func build(v *values) (Options, error) {
 	}
 	c.TLS = tlsCfg
 	c.SASL = consumer.SASL{Mechanism: strings.ToUpper(v.str(ev.SASLMechanism)), Username: v.str(ev.SASLUsername), Password: v.m[ev.SASLPassword]}
+}
 
+// buildProcessing reads the database, table, batch, envelope, handler and
+// policy settings.
+func buildProcessing(v *values, c *consumer.Config) {
 	c.DatabaseURL = v.m[ev.DatabaseURL]
 	c.DatabaseMaxConns = int32(v.int(ev.DatabaseMaxConns))
 	scope := dedup.Scope(v.str(ev.DedupScope))
@@ -278,6 +311,7 @@ func build(v *values) (Options, error) {
 	c.RetryBackoffMax = v.duration(ev.RetryBackoffMax)
 	c.ShutdownTimeout = v.duration(ev.ShutdownTimeout)
 	if s := v.str(ev.Ordering); s != "" {
+		var err error
 		if c.Ordering, err = consumer.ParseOrdering(s); err != nil {
 			v.fail(ev.Ordering, "%v", err)
 		}
@@ -296,7 +330,12 @@ func build(v *values) (Options, error) {
 		}
 		c.Policies[r] = p
 	}
+}
 
+// buildMemory reads the container's memory limit and derives the consumer's
+// memory budget from it.
+func buildMemory(v *values, o *Options) {
+	c := &o.Consumer
 	if s := v.str(ev.MemoryLimit); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
@@ -306,7 +345,10 @@ func build(v *values) (Options, error) {
 			c.MemoryBudget = percentOf(n, MemoryBudgetPercent)
 		}
 	}
+}
 
+// buildLogging reads the listen address and the log settings.
+func buildLogging(v *values, o *Options) {
 	o.ListenAddr = v.str(ev.ListenAddr)
 	switch strings.ToLower(v.str(ev.LogLevel)) {
 	case "debug":
@@ -324,7 +366,12 @@ func build(v *values) (Options, error) {
 	if o.LogFormat != "json" && o.LogFormat != "text" {
 		v.fail(ev.LogFormat, "%q is not json or text", o.LogFormat)
 	}
+}
 
+// buildSinkSettings reads the sink settings and checks that those of
+// another sink are not set.
+func buildSinkSettings(v *values, o *Options) {
+	c := &o.Consumer
 	o.Sink = strings.ToLower(v.str(ev.Sink))
 	switch o.Sink {
 	case "http":
@@ -354,7 +401,11 @@ func build(v *values) (Options, error) {
 	if o.Sink != "sql" && v.str(ev.SinkSQLStatement) != "" {
 		v.fail(ev.SinkSQLStatement, "is set but the sink is %q", o.Sink)
 	}
+}
 
+// collectSecrets lists the values that must never be logged.
+func collectSecrets(o *Options) {
+	c := &o.Consumer
 	for _, s := range []string{c.DatabaseURL, c.SASL.Password, o.HTTP.Authorization} {
 		if s != "" {
 			o.Secrets = append(o.Secrets, s)
@@ -364,25 +415,6 @@ func build(v *values) (Options, error) {
 		o.Secrets = append(o.Secrets, p)
 	}
 	o.Secrets = append(o.Secrets, o.HTTP.Secrets()...) // the token and the URL's path and query tokens
-
-	// In the library zero means "the default"; here a zero is a mistake.
-	for _, p := range []struct {
-		env string
-		n   int
-	}{{ev.BatchMaxMessages, c.BatchSize}, {ev.HandlerMaxAttempts, c.HandlerMaxAttempts}, {ev.DatabaseMaxConns, int(c.DatabaseMaxConns)}} {
-		if p.n < 1 && v.m[p.env] != "" {
-			v.fail(p.env, "%d: must be at least 1", p.n)
-		}
-	}
-	if len(v.errs) == 0 {
-		if err := c.Validate(); err != nil {
-			v.errs = append(v.errs, configError(err))
-		}
-	}
-	if len(v.errs) > 0 {
-		return o, errors.Join(v.errs...)
-	}
-	return o, nil
 }
 
 var policyVars = map[string]consumer.Reason{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -122,6 +121,69 @@ func (e *Engine) GrantConsumer(ctx context.Context, role, group string) (GrantRe
 }
 
 func (e *Engine) grantConsumer(ctx context.Context, conn *pgx.Conn, role, group string, res *GrantResult) error {
+	if err := e.checkGrantable(ctx, conn); err != nil {
+		return err
+	}
+	p, err := e.rolePrivileges(ctx, conn, role)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !p.exists:
+		return fmt.Errorf("%w: %q (create it with CREATE ROLE ... LOGIN, then give the consumer its URL)", ErrRoleNotFound, role)
+	case p.owner:
+		res.Unrestricted = "it owns the table"
+		return nil
+	case p.super:
+		res.Unrestricted = "it is a superuser"
+		return nil
+	}
+	if p.bypass {
+		// Grants are still due; only the policies do not hold it back.
+		res.Unrestricted = "it bypasses row-level security (BYPASSRLS)"
+	}
+	r := pgx.Identifier{role}.Sanitize()
+	run := func(op, sql string) error {
+		if err := e.ddl(ctx, conn, op, sql); err != nil {
+			return err
+		}
+		res.Statements = append(res.Statements, sql)
+		return nil
+	}
+
+	if !p.usage {
+		if err := e.grantSchemaUsage(ctx, conn, role, run); err != nil {
+			return err
+		}
+	}
+	// The policies come before the table privileges, so that the role never
+	// holds a privilege its policy does not limit yet.
+	if err := e.createPolicies(ctx, conn, role, group, p, res); err != nil {
+		return err
+	}
+	if !p.tblOK {
+		if err := run("granting "+strings.Join(p.tblPrivs, ", ")+" on "+e.table.String(),
+			"GRANT "+strings.Join(p.tblPrivs, ", ")+" ON TABLE "+e.parent()+" TO "+r); err != nil {
+			return err
+		}
+	}
+	if !p.posOK {
+		if err := run("granting "+strings.Join(p.posPrivs, ", ")+" on "+e.positionsName(),
+			"GRANT "+strings.Join(p.posPrivs, ", ")+" ON TABLE "+e.positionsIdent()+" TO "+r); err != nil {
+			return err
+		}
+	}
+	if err := e.grantClaimFunctions(ctx, conn, role, run); err != nil {
+		return err
+	}
+
+	return nil
+}
+
+// checkGrantable checks that the table exists, is owned as EnsureTable
+// leaves it, and has its positions table: only then is there anything to
+// grant on.
+func (e *Engine) checkGrantable(ctx context.Context, conn *pgx.Conn) error {
 	st, err := e.observe(ctx, conn)
 	if err != nil {
 		return err
@@ -140,19 +202,27 @@ func (e *Engine) grantConsumer(ctx context.Context, conn *pgx.Conn, role, group 
 	} else if !ok {
 		return fmt.Errorf("%w: %s.%s (EnsureTable creates it)", ErrPositionsTableMissing, e.table.Schema, e.positionsName())
 	}
+	return nil
+}
 
-	var (
-		exists                 bool
-		owner, super, bypass   bool
-		usage, tblOK, posOK    bool
-		tblPrivs, posPrivs     []string
-		parentRLS, positionRLS bool
-	)
+// rolePrivs is what the consumer's role has on the table, its positions
+// table and its schema, and whether those tables have row-level security on.
+type rolePrivs struct {
+	exists                 bool
+	owner, super, bypass   bool
+	usage, tblOK, posOK    bool
+	tblPrivs, posPrivs     []string
+	parentRLS, positionRLS bool
+}
+
+// rolePrivileges reads rolePrivs for role.
+func (e *Engine) rolePrivileges(ctx context.Context, conn *pgx.Conn, role string) (rolePrivs, error) {
+	var p rolePrivs
 	qctx, cancel := e.bounded(ctx)
 	defer cancel()
 	// One read of everything the role has: has_*_privilege counts grants to
 	// PUBLIC and through role membership, so nothing is granted twice.
-	err = conn.QueryRow(qctx, `
+	err := conn.QueryRow(qctx, `
 WITH r AS (SELECT oid, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = $1),
      t AS (SELECT c.oid, c.relowner, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $3),
      p AS (SELECT c.oid, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $4)
@@ -166,65 +236,50 @@ SELECT EXISTS (SELECT 1 FROM r),
        ARRAY(SELECT pr FROM r, p, unnest(ARRAY['SELECT', 'INSERT', 'UPDATE']) pr WHERE NOT has_table_privilege(r.oid, p.oid, pr)),
        coalesce((SELECT relrowsecurity FROM t), false), coalesce((SELECT relrowsecurity FROM p), false)`,
 		role, e.table.Schema, e.table.Name, e.positionsName()).Scan(
-		&exists, &owner, &super, &bypass, &usage, &tblOK, &posOK, &tblPrivs, &posPrivs, &parentRLS, &positionRLS)
+		&p.exists, &p.owner, &p.super, &p.bypass, &p.usage, &p.tblOK, &p.posOK, &p.tblPrivs, &p.posPrivs, &p.parentRLS, &p.positionRLS)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("reading the role's privileges: %w", err)
+		return p, fmt.Errorf("reading the role's privileges: %w", err)
 	}
-	switch {
-	case !exists:
-		return fmt.Errorf("%w: %q (create it with CREATE ROLE ... LOGIN, then give the consumer its URL)", ErrRoleNotFound, role)
-	case owner:
-		res.Unrestricted = "it owns the table"
-		return nil
-	case super:
-		res.Unrestricted = "it is a superuser"
-		return nil
-	}
-	if bypass {
-		// Grants are still due; only the policies do not hold it back.
-		res.Unrestricted = "it bypasses row-level security (BYPASSRLS)"
-	}
-	r := pgx.Identifier{role}.Sanitize()
-	run := func(op, sql string) error {
-		if err := e.ddl(ctx, conn, op, sql); err != nil {
-			return err
-		}
-		res.Statements = append(res.Statements, sql)
-		return nil
-	}
+	return p, nil
+}
 
-	if !usage {
-		schema := pgx.Identifier{e.table.Schema}.Sanitize()
-		// A grantor without the right gets a WARNING, not an error: read
-		// the privilege again to know.
-		if err := run("granting USAGE on schema "+e.table.Schema, "GRANT USAGE ON SCHEMA "+schema+" TO "+r); err != nil {
-			return err
-		}
-		var ok bool
-		qctx, cancel := e.bounded(ctx)
-		err := conn.QueryRow(qctx, `SELECT has_schema_privilege($1, $2, 'USAGE')`, role, e.table.Schema).Scan(&ok)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("reading USAGE on schema %s: %w", e.table.Schema, err)
-		}
-		if !ok {
-			return &SchemaUsageError{Schema: e.table.Schema, Role: role}
-		}
+// grantSchemaUsage grants USAGE on the table's schema to role.
+func (e *Engine) grantSchemaUsage(ctx context.Context, conn *pgx.Conn, role string, run func(op, sql string) error) error {
+	r := pgx.Identifier{role}.Sanitize()
+	schema := pgx.Identifier{e.table.Schema}.Sanitize()
+	// A grantor without the right gets a WARNING, not an error: read
+	// the privilege again to know.
+	if err := run("granting USAGE on schema "+e.table.Schema, "GRANT USAGE ON SCHEMA "+schema+" TO "+r); err != nil {
+		return err
 	}
-	// The policies come before the table privileges, so that the role never
-	// holds a privilege its policy does not limit yet.
+	var ok bool
+	qctx, cancel := e.bounded(ctx)
+	err := conn.QueryRow(qctx, `SELECT has_schema_privilege($1, $2, 'USAGE')`, role, e.table.Schema).Scan(&ok)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reading USAGE on schema %s: %w", e.table.Schema, err)
+	}
+	if !ok {
+		return &SchemaUsageError{Schema: e.table.Schema, Role: role}
+	}
+	return nil
+}
+
+// createPolicies creates the row-level security policies that limit role to
+// group's rows, where they are missing (policySQL).
+func (e *Engine) createPolicies(ctx context.Context, conn *pgx.Conn, role, group string, p rolePrivs, res *GrantResult) error {
 	lit, err := e.literal(ctx, conn, group)
 	if err != nil {
 		return err
 	}
 	var policies []string
 	if e.table.Scope == ScopeConsumerGroup {
-		if policies, err = e.policySQL(ctx, conn, e.table.Name, parentRLS, role, group, lit); err != nil {
+		if policies, err = e.policySQL(ctx, conn, e.table.Name, p.parentRLS, role, group, lit); err != nil {
 			return err
 		}
 	}
-	more, err := e.policySQL(ctx, conn, e.positionsName(), positionRLS, role, group, lit)
+	more, err := e.policySQL(ctx, conn, e.positionsName(), p.positionRLS, role, group, lit)
 	if err != nil {
 		return err
 	}
@@ -236,22 +291,6 @@ SELECT EXISTS (SELECT 1 FROM r),
 		}
 		res.Statements = append(res.Statements, policies...)
 	}
-	if !tblOK {
-		if err := run("granting "+strings.Join(tblPrivs, ", ")+" on "+e.table.String(),
-			"GRANT "+strings.Join(tblPrivs, ", ")+" ON TABLE "+e.parent()+" TO "+r); err != nil {
-			return err
-		}
-	}
-	if !posOK {
-		if err := run("granting "+strings.Join(posPrivs, ", ")+" on "+e.positionsName(),
-			"GRANT "+strings.Join(posPrivs, ", ")+" ON TABLE "+e.positionsIdent()+" TO "+r); err != nil {
-			return err
-		}
-	}
-	if err := e.grantClaimFunctions(ctx, conn, role, run); err != nil {
-		return err
-	}
-
 	return nil
 }
 
@@ -295,138 +334,6 @@ func (e *Engine) literal(ctx context.Context, conn *pgx.Conn, s string) (string,
 		return "", fmt.Errorf("quoting the consumer group: %w", err)
 	}
 	return lit, nil
-}
-
-// policyPrefix starts the name of every policy GrantConsumer creates.
-const policyPrefix = "idempotency_consumer_"
-
-// policyName names the policy of one role and group: a hash, because a role
-// name alone may take the whole identifier length. The policy's own
-// definition says whom it is for (pg_policies).
-func policyName(role, group string) string {
-	h := fnv.New64a()
-	h.Write([]byte(role + "\x00" + group))
-	return fmt.Sprintf("%s%016x", policyPrefix, h.Sum64())
-}
-
-// policySQL returns the statements that enable row-level security on table
-// (if it is not) and create the role's policy for group (if it is missing):
-// the role sees and writes only rows whose consumer_group is group. Policies
-// of one role for several groups add up (permissive policies are ORed).
-func (e *Engine) policySQL(ctx context.Context, conn *pgx.Conn, table string, rls bool, role, group, lit string) ([]string, error) {
-	ident := pgx.Identifier{e.table.Schema, table}.Sanitize()
-	name := policyName(role, group)
-	var has bool
-	qctx, cancel := e.bounded(ctx)
-	err := conn.QueryRow(qctx, `
-SELECT EXISTS (SELECT 1 FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-                WHERE n.nspname = $1 AND c.relname = $2 AND p.polname = $3)`, e.table.Schema, table, name).Scan(&has)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("looking up the policy of %s: %w", table, err)
-	}
-	var out []string
-	if !has {
-		out = append(out, fmt.Sprintf("CREATE POLICY %s ON %s AS PERMISSIVE FOR ALL TO %s USING (consumer_group = %s) WITH CHECK (consumer_group = %s)",
-			pgx.Identifier{name}.Sanitize(), ident, pgx.Identifier{role}.Sanitize(), lit, lit))
-	}
-	if !rls {
-		out = append(out, "ALTER TABLE "+ident+" ENABLE ROW LEVEL SECURITY")
-	}
-	return out, nil
-}
-
-// AccessError reports that the role a consumer connects as may not do what
-// the runtime does on the table: privileges it lacks, or row-level security
-// that admits none of its group's rows. It is not permanent: the table's
-// owner grants what is missing (Engine.GrantConsumer).
-type AccessError struct {
-	Role  string // current_user
-	Group string
-	// Problems lists what is missing, one entry per table.
-	Problems []string
-}
-
-// Error names the role, what it lacks and who grants it.
-func (e *AccessError) Error() string {
-	return fmt.Sprintf("role %q may not run the consumer of group %q: %s; the table's owner grants it (dedup.Engine.GrantConsumer; the operator does so for the role of spec.database.consumerURLSecretRef)",
-		e.Role, e.Group, strings.Join(e.Problems, "; "))
-}
-
-// CheckAccess verifies that the role q is connected as (current_user) holds
-// what the runtime of group needs on t (after defaults) and its positions
-// table: the privileges GrantConsumer grants and, where row-level security
-// applies to the role, a policy that can admit the group's rows (this
-// package's policy for the role and group, or any policy of someone else's,
-// which it cannot judge). It returns an *AccessError listing what is
-// missing; the owner, a superuser and a BYPASSRLS role pass the policy part.
-// DELETE on the dedup table is needed only with forget (a runtime that takes
-// ids back with Inserter.Forget; the external-call path never does). It
-// reads the catalog only.
-func CheckAccess(ctx context.Context, q Queryer, t Table, group string, forget bool) error {
-	t = t.WithDefaults()
-	tablePrivs := []string{"SELECT", "INSERT"}
-	if forget {
-		tablePrivs = append(tablePrivs, "DELETE")
-	}
-	var (
-		role     string
-		usage    bool
-		problems []string
-	)
-	if err := q.QueryRow(ctx, `SELECT current_user::text, has_schema_privilege($1, 'USAGE')`, t.Schema).Scan(&role, &usage); err != nil {
-		return fmt.Errorf("checking the consumer role's privileges on %s: %w", t, err)
-	}
-	if !usage {
-		return &AccessError{Role: role, Group: group, Problems: []string{"no USAGE on schema " + t.Schema}}
-	}
-	positions := PositionsTableName(t)
-	for _, rel := range []struct {
-		name  string
-		privs []string
-	}{{t.Name, tablePrivs}, {positions, []string{"SELECT", "INSERT", "UPDATE"}}} {
-		var (
-			missing, policies []string
-			rls               bool
-		)
-		err := q.QueryRow(ctx, `
-SELECT ARRAY(SELECT p FROM unnest($3::text[]) p WHERE NOT has_table_privilege(c.oid, p)),
-       c.relrowsecurity AND NOT r.rolsuper AND NOT r.rolbypassrls
-         AND (c.relforcerowsecurity OR NOT pg_has_role(r.oid, c.relowner, 'MEMBER')),
-       ARRAY(SELECT pol.polname::text FROM pg_policy pol
-              WHERE pol.polrelid = c.oid AND pol.polcmd IN ('*', 'a') AND pol.polpermissive
-                AND (0 = ANY (pol.polroles) OR EXISTS (SELECT 1 FROM unnest(pol.polroles) pr WHERE pg_has_role(r.oid, pr, 'MEMBER'))))
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, pg_roles r
- WHERE n.nspname = $1 AND c.relname = $2 AND r.rolname = current_user`, t.Schema, rel.name, rel.privs).Scan(&missing, &rls, &policies)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // a missing table is the other checks' business
-		}
-		if err != nil {
-			return fmt.Errorf("checking the consumer role's privileges on %s.%s: %w", t.Schema, rel.name, err)
-		}
-		if len(missing) > 0 {
-			problems = append(problems, fmt.Sprintf("no %s on %s.%s", strings.Join(missing, ", "), t.Schema, rel.name))
-		}
-		if rls && !admits(policies, role, group) {
-			problems = append(problems, fmt.Sprintf("row-level security on %s.%s and no policy for this role and group", t.Schema, rel.name))
-		}
-	}
-	if len(problems) > 0 {
-		return &AccessError{Role: role, Group: group, Problems: problems}
-	}
-	return nil
-}
-
-// admits reports whether the policies that apply to role may admit group's
-// rows: this package's policy for role and group, or a policy it did not
-// write (whose condition it cannot judge).
-func admits(policies []string, role, group string) bool {
-	for _, p := range policies {
-		if p == policyName(role, group) || !strings.HasPrefix(p, policyPrefix) {
-			return true
-		}
-	}
-	return false
 }
 
 // RevokeConsumer takes back what GrantConsumer gave role for group: the

@@ -1,0 +1,127 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/idempotency-dev/operator/consumer/envelope"
+)
+
+// accept decodes fetched records into the window and queues them for the
+// lookup.
+func (p *xpart) accept(batch []kafka.Message) {
+	defer p.traceAccept(batch)()
+	c := p.c
+	now := time.Now()
+	for _, m := range batch {
+		r := &xrec{fetched: now, size: int64(len(m.Key) + len(m.Value))}
+		p.w.decode(&r.item, m)
+		p.window = append(p.window, r)
+		if r.state == stRejected {
+			p.reject(r)
+			continue
+		}
+		r.ev.Deduplicated = true
+		// Registered before the lookup: see claims.
+		r.claim, r.owner = c.claims.register(r.ev.ID, r, p)
+		p.unlooked = append(p.unlooked, r)
+	}
+}
+
+// startLookup looks the unlooked records' ids up on a goroutine of its own.
+func (p *xpart) startLookup() {
+	recs := p.unlooked
+	p.unlooked = nil
+	ids := make([]uuid.UUID, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ev.ID
+	}
+	p.lookBusy = true
+	go func() {
+		recorded, outside, err := p.lookup(ids)
+		p.lookRes <- lookResult{recs: recs, recorded: recorded, outside: outside, err: err}
+	}()
+}
+
+// looked applies a lookup's answer, in offset order, and starts the ready
+// records.
+func (p *xpart) looked(lr lookResult) {
+	c := p.c
+	for i, r := range lr.recs {
+		switch {
+		case lr.outside[i]:
+			if r.owner {
+				c.claims.release(r.ev.ID, r.claim)
+			}
+			r.claim, r.owner = nil, false
+			w := c.inserter.Window()
+			r.reason = ReasonOutsideWindow
+			r.errText = fmt.Sprintf("event id %s (time %s) is outside the dedup window [%s, %s)",
+				r.ev.ID, envelope.Time(r.ev.ID).Format(time.RFC3339), w.From.Format(time.RFC3339), w.To.Format(time.RFC3339))
+			r.policy = c.cfg.Policies[ReasonOutsideWindow]
+			if r.policy == PolicyProcess {
+				r.ev.Deduplicated = false
+				p.ready(r)
+				continue
+			}
+			r.state = stRejected
+			p.reject(r)
+		case lr.recorded[i]:
+			if r.owner {
+				c.claims.resolve(r.ev.ID, r.claim, true)
+			}
+			r.state, r.status = stDuplicate, xDone
+		default:
+			p.ready(r)
+		}
+	}
+}
+
+// reject applies a rejected record's policy.
+func (p *xpart) reject(r *xrec) {
+	switch r.policy {
+	case PolicyStop:
+		r.status = xStuck
+		if p.stopErr == nil {
+			p.stopErr = p.w.stopError(&r.item)
+			p.draining = true
+		}
+	case PolicySkip:
+		r.status = xDone
+	default:
+		r.status = xFailed
+	}
+}
+
+// lookup returns which ids are recorded and which are outside the window,
+// retrying while the database is unreachable. It runs on its own goroutine
+// (startLookup): it touches no session state.
+func (p *xpart) lookup(ids []uuid.UUID) (recorded, outside []bool, err error) {
+	w, c := p.w, p.c
+	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	for {
+		ctx, cancel := context.WithTimeout(p.lookCtx, 30*time.Second)
+		recorded, outside, err = c.inserter.Recorded(ctx, c.pool, ids)
+		cancel()
+		if err == nil {
+			if d := c.health.ok(compDatabase); d > 0 {
+				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
+			}
+			return recorded, outside, nil
+		}
+		if p.lookCtx.Err() != nil {
+			return nil, nil, errGenEnded
+		}
+		c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
+		if err = redactErr(err, c.secrets...); c.health.fail(compDatabase, err) {
+			w.log.Warn("looking up event ids failed; pausing and retrying", "err", err)
+		}
+		if !sleep(p.lookCtx, bo.next()) {
+			return nil, nil, errGenEnded
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package consumer
+
+// ready queues r in its lane, or starts it; a copy of an id whose first
+// record is in another lane waits off its lane (claims).
+func (p *xpart) ready(r *xrec) {
+	if p.draining {
+		r.status = xStuck
+		return
+	}
+	if r.claim != nil && !r.owner && !(r.claim.part == p && p.lanes.same(r, r.claim.owner)) {
+		r.status = xAwaitRow
+		p.awaiting++
+		if p.lent < p.lookAhead {
+			// A copy waiting for another partition's record (deep in a
+			// long lane there, maybe) holds the offset, but not the
+			// look-ahead: the window may grow to twice it meanwhile.
+			<-p.room
+			r.lent = true
+			p.lent++
+		}
+		p.spawn(r, p.awaitFirst)
+		return
+	}
+	if p.lanes.add(r) {
+		p.start(r)
+	} else {
+		r.status = xQueued
+	}
+}
+
+// start runs r in its lane's turn.
+func (p *xpart) start(r *xrec) {
+	r.status, r.inLane = xRunning, true
+	r.prio = p.lanes.behind(r)
+	p.spawn(r, p.runRecord)
+}
+
+// spawn runs fn for r on a goroutine of its own and hands its outcome to
+// the loop.
+func (p *xpart) spawn(r *xrec, fn func(*xrec) callOutcome) {
+	p.running++
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		out := fn(r)
+		p.results <- xresult{r, out} // never blocks: at most one per record in the window
+	}()
+}
+
+// awaitFirst waits, off r's lane, until the first record of r's id settles
+// it (claims).
+func (p *xpart) awaitFirst(r *xrec) callOutcome {
+	switch p.c.claims.follow(p.callCtx, r.claim, p) {
+	case followDuplicate:
+		return outDuplicate
+	case followAbandoned:
+		return outAbandoned
+	}
+	return outMustCall
+}
+
+// callOffLane calls for r, a copy that waited off its lane for a first
+// record that failed or was given up (claims).
+func (p *xpart) callOffLane(r *xrec) callOutcome {
+	r.claim = p.c.claims.takeOver(r.ev.ID, r, p)
+	r.owner = r.claim != nil
+	out := p.callExternal(p.callCtx, r)
+	if r.claim != nil {
+		p.c.claims.called(r.ev.ID, r.claim, out == outSucceeded)
+	}
+	return out
+}
+
+// runRecord waits for the first record of r's id when r follows one (claims),
+// then calls.
+func (p *xpart) runRecord(r *xrec) callOutcome {
+	ctx := p.callCtx
+	if r.claim != nil && !r.owner {
+		switch p.c.claims.follow(ctx, r.claim, p) {
+		case followDuplicate:
+			return outDuplicate
+		case followAbandoned:
+			return outAbandoned
+		}
+		// The first record failed or was given up: r calls, owning the id
+		// unless yet another record registered it meanwhile.
+		r.claim = p.c.claims.takeOver(r.ev.ID, r, p)
+		r.owner = r.claim != nil
+	}
+	out := p.callExternal(ctx, r)
+	if r.claim != nil {
+		// Followers in this partition settle on the call's outcome; others
+		// wait for the dedup row (recorder.go) or the failure.
+		p.c.claims.called(r.ev.ID, r.claim, out == outSucceeded)
+	}
+	return out
+}
+
+// finished takes a record's outcome and starts the next of its lane.
+func (p *xpart) finished(res xresult) {
+	r := res.r
+	p.running--
+	if r.status == xAwaitRow {
+		p.awaiting--
+	}
+	switch res.out {
+	case outSucceeded:
+		r.state = stHandled
+		r.status = xSucceeded
+		if !r.ev.Deduplicated {
+			r.status = xDone // PolicyProcess: nothing to record
+		}
+	case outDuplicate:
+		r.state, r.status = stDuplicate, xDone
+	case outFailed:
+		r.reason, r.state = ReasonHandlerFailed, stRejected
+		r.policy = p.c.cfg.Policies[ReasonHandlerFailed]
+		p.reject(r)
+	case outAbandoned:
+		r.status = xStuck
+	case outMustCall:
+		if p.draining {
+			r.status = xStuck
+		} else {
+			r.status = xRunning
+			p.spawn(r, p.callOffLane)
+		}
+	}
+	if !r.inLane || p.draining {
+		return
+	}
+	r.inLane = false
+	if next := p.lanes.done(r); next != nil {
+		p.start(next)
+	}
+}
