@@ -16,6 +16,12 @@ limitations under the License.
 
 package controllers
 
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // The defaults that decide how fast a large cluster becomes Ready. A new
 // object's first reconcile is mostly waiting: about 25 DDL transactions
 // (table, positions table, then CREATE and ATTACH for each partition of the
@@ -34,3 +40,29 @@ const (
 	// operator opens against one PostgreSQL, whatever the worker count.
 	DefaultDatabaseMaxConns = 4
 )
+
+// stripManagedFields is the cache's transform: it drops the managedFields the
+// operator never reads before an object is stored, which at a thousand
+// objects is several MiB of the manager's heap. IdempotentConsumers and the
+// Secrets' metadata lose all of them; a Deployment keeps only the operator's
+// own apply entry, which ownsReplicas reads when KEDA takes the replica count
+// over. Objects the operator writes are applied or patched, never updated
+// from the cache, so what is dropped here is never sent back.
+func stripManagedFields(in any) (any, error) {
+	obj, err := meta.Accessor(in)
+	if err != nil || obj.GetManagedFields() == nil {
+		return in, nil //nolint:nilerr // not an object with metadata: stored as it is
+	}
+	if _, ok := in.(*appsv1.Deployment); ok {
+		var kept []metav1.ManagedFieldsEntry
+		for _, mf := range obj.GetManagedFields() {
+			if mf.Manager == FieldOwner && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Subresource == "" {
+				kept = append(kept, mf)
+			}
+		}
+		obj.SetManagedFields(kept)
+		return in, nil
+	}
+	obj.SetManagedFields(nil)
+	return in, nil
+}
