@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,10 +40,14 @@ const scaleParts = 8
 // once (SQL: one row per id; HTTP: one call per Idempotency-Key), else the
 // test fails.
 //
-// Reported per sink and replica count: eps, the events over the span from
-// the first effect to the last (process start-up and the group's first join
-// are left out; rebalances while the replicas join are in); vs_1, the ratio
-// to one process; the CPU seconds of PostgreSQL (the postmaster and all its
+// Each run has a topic of its own, filled only once the group is stable
+// with all its replicas (DescribeGroups says Stable, every partition
+// assigned), so process start-up and the rebalances while the replicas join
+// are not measured. Reported per sink and replica count: eps, the events over
+// the span from the first effect to the last (SQL: the rows' insert times;
+// HTTP: the provider's first request and last answer); vs_1, the ratio to one
+// process; produce_s, how long filling the topic took (it overlaps the
+// consumption, so it must stay well under the span); the CPU seconds of PostgreSQL (the postmaster and all its
 // backends), of the consumer processes and of this process (broker,
 // provider, harness) over the whole run, db_cpu_share = PostgreSQL's part of
 // the three; and the database transactions committed per event
@@ -52,16 +57,16 @@ const scaleParts = 8
 //
 //	CONSUMER_BENCH_SCALE=1 go test ./consumer/ -run '^TestBenchScale$' -count=1 -v -timeout 30m
 //
-// CONSUMER_BENCH_SCALE_SQL_EVENTS (default 40000) and
-// CONSUMER_BENCH_SCALE_HTTP_EVENTS (default 12000) size the two topics. The
+// CONSUMER_BENCH_SCALE_SQL_EVENTS (default 60000) and
+// CONSUMER_BENCH_SCALE_HTTP_EVENTS (default 20000) size the two topics. The
 // last two lines are "RESULT scale sink=sql replicas=1,2,4 eps=a,b,c ..."
 // and the same for sink=http.
 func TestBenchScale(t *testing.T) {
 	if os.Getenv("CONSUMER_BENCH_SCALE") == "" {
 		t.Skip("set CONSUMER_BENCH_SCALE=1 to run the benchmark")
 	}
-	sqlEvents := scaleEnvInt(t, "CONSUMER_BENCH_SCALE_SQL_EVENTS", 40000)
-	httpEvents := scaleEnvInt(t, "CONSUMER_BENCH_SCALE_HTTP_EVENTS", 12000)
+	sqlEvents := scaleEnvInt(t, "CONSUMER_BENCH_SCALE_SQL_EVENTS", 60000)
+	httpEvents := scaleEnvInt(t, "CONSUMER_BENCH_SCALE_HTTP_EVENTS", 20000)
 	replicas := []int{1, 2, 4}
 	ctx := context.Background()
 	k := consumertest.NewKafka(t)
@@ -86,14 +91,15 @@ func TestBenchScale(t *testing.T) {
 		name string
 		n    int
 	}{{"sql", sqlEvents}, {"http", httpEvents}} {
-		topic := "scale-" + sk.name
-		createTopic(t, k, topic, scaleParts, nil)
-		k.MustCreateTopic(t, topic+".dlq", 1)
-		produceKeyed(t, k, topic, sk.n)
-		var eps, vs1, pgSec, consSec, selfSec, share, xacts []string
+		var eps, vs1, prod, pgSec, consSec, selfSec, share, xacts []string
 		var base float64
 		for _, r := range replicas {
 			run := fmt.Sprintf("%s-r%d", sk.name, r)
+			// A topic per run, filled only once the group is stable with all
+			// its replicas: the rebalances while they join are not measured.
+			topic := "scale-" + run
+			createTopic(t, k, topic, scaleParts, nil)
+			k.MustCreateTopic(t, topic+".dlq", 1)
 			env := []string{envvars.Sink + "=" + sk.name}
 			if sk.name == "sql" {
 				table := "scale_effect_r" + strconv.Itoa(r)
@@ -106,7 +112,12 @@ func TestBenchScale(t *testing.T) {
 			}
 			xact0 := xactCommit(t, pool)
 			pg0, self0 := pgCPU(), selfCPU(t)
-			cons := runReplicas(t, bin, k.Brokers(), dsn, topic, run, r, env)
+			var produced time.Duration
+			cons := runReplicas(t, bin, k.Brokers(), dsn, topic, run, r, env, func() {
+				t0 := time.Now()
+				produceKeyed(t, k, topic, sk.n)
+				produced = time.Since(t0)
+			})
 			pg1, self1 := pgCPU(), selfCPU(t)
 			xact1 := xactCommit(t, pool)
 
@@ -134,13 +145,15 @@ func TestBenchScale(t *testing.T) {
 			p, s := pg1-pg0, self1-self0
 			eps = append(eps, fmt.Sprintf("%.0f", e))
 			vs1 = append(vs1, fmt.Sprintf("%.2f", e/base))
+			prod = append(prod, fmt.Sprintf("%.1f", produced.Seconds()))
 			pgSec = append(pgSec, fmt.Sprintf("%.1f", p))
 			consSec = append(consSec, fmt.Sprintf("%.1f", cons))
 			selfSec = append(selfSec, fmt.Sprintf("%.1f", s))
 			share = append(share, fmt.Sprintf("%.2f", p/(p+cons+s)))
 			xacts = append(xacts, fmt.Sprintf("%.3f", float64(xact1-xact0)/float64(sk.n)))
-			t.Logf("%s: %d events in %s (first to last effect): %.0f eps; CPU s: postgres %.1f, consumers %.1f, broker+harness %.1f",
-				run, sk.n, last.Sub(first).Round(time.Millisecond), e, p, cons, s)
+			t.Logf("%s: %d events in %s from the first effect to the last (produced in %s): %.0f eps; CPU s: postgres %.1f, consumers %.1f, broker+harness %.1f",
+				run, sk.n, last.Sub(first).Round(time.Millisecond), produced.Round(time.Millisecond), e, p, cons, s)
+			deleteTopics(t, k.Brokers(), topic, topic+".dlq")
 		}
 		j := func(xs []string) string { return strings.Join(xs, ",") }
 		rs := make([]string, len(replicas))
@@ -151,9 +164,8 @@ func TestBenchScale(t *testing.T) {
 		if sk.name == "http" {
 			extra = fmt.Sprintf(" latency_ms=%d in_flight=64 bound_eps_per_replica=%.0f", slowLatency.Milliseconds(), 64/slowLatency.Seconds())
 		}
-		fmt.Printf("RESULT scale sink=%s partitions=%d events=%d replicas=%s eps=%s vs_1=%s pg_cpu_s=%s consumers_cpu_s=%s broker_harness_cpu_s=%s db_cpu_share=%s xacts_per_event=%s%s\n",
-			sk.name, scaleParts, sk.n, j(rs), j(eps), j(vs1), j(pgSec), j(consSec), j(selfSec), j(share), j(xacts), extra)
-		deleteTopics(t, k.Brokers(), topic, topic+".dlq")
+		fmt.Printf("RESULT scale sink=%s partitions=%d events=%d replicas=%s eps=%s vs_1=%s produce_s=%s pg_cpu_s=%s consumers_cpu_s=%s broker_harness_cpu_s=%s db_cpu_share=%s xacts_per_event=%s%s\n",
+			sk.name, scaleParts, sk.n, j(rs), j(eps), j(vs1), j(prod), j(pgSec), j(consSec), j(selfSec), j(share), j(xacts), extra)
 	}
 }
 
@@ -178,19 +190,23 @@ func produceKeyed(t *testing.T, k *consumertest.Kafka, topic string, n int) {
 	}
 }
 
-// runReplicas starts r cmd/consumer processes in group, waits until the
-// group committed the end of every partition, stops them, and returns the
-// CPU seconds (user + system) they used.
-func runReplicas(t *testing.T, bin string, brokers []string, dsn, topic, group string, r int, extraEnv []string) float64 {
+// runReplicas starts r cmd/consumer processes in group on topic, waits until
+// the group is stable with r members holding every partition, runs produce,
+// waits until the group committed the end of every partition, stops the
+// processes, and returns the CPU seconds (user + system) they used.
+func runReplicas(t *testing.T, bin string, brokers []string, dsn, topic, group string, r int, extraEnv []string, produce func()) float64 {
 	t.Helper()
 	cmds := make([]*exec.Cmd, r)
+	var logged sync.WaitGroup
 	for i := range cmds {
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(),
 			envvars.Brokers+"="+strings.Join(brokers, ","),
 			envvars.Topic+"="+topic, envvars.Group+"="+group,
 			envvars.DatabaseURL+"="+dsn,
-			envvars.ListenAddr+"=", envvars.LogLevel+"=warn",
+			// An empty CONSUMER_LISTEN_ADDR means the default :8080, which
+			// the replicas cannot all bind: each takes a free port instead.
+			envvars.ListenAddr+"=127.0.0.1:0", envvars.LogLevel+"=warn",
 		)
 		cmd.Env = append(cmd.Env, extraEnv...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -202,7 +218,9 @@ func runReplicas(t *testing.T, bin string, brokers []string, dsn, topic, group s
 			t.Fatal(err)
 		}
 		name := fmt.Sprintf("%s/%d", group, i)
+		logged.Add(1)
 		go func() {
+			defer logged.Done()
 			sc := bufio.NewScanner(stderr)
 			for sc.Scan() {
 				t.Logf("%s: %s", name, sc.Text())
@@ -210,18 +228,64 @@ func runReplicas(t *testing.T, bin string, brokers []string, dsn, topic, group s
 		}()
 		cmds[i] = cmd
 	}
+	// A replica that exits early (it could not start) makes the comparison
+	// meaningless: fail rather than report fewer replicas than named.
+	exited := make(chan int, r)
+	for i, cmd := range cmds {
+		go func() { _ = cmd.Wait(); exited <- i }()
+	}
+	defer func() {
+		for _, cmd := range cmds {
+			_ = cmd.Process.Kill()
+		}
+		logged.Wait()
+	}()
+	waitGroupStable(t, brokers, group, r, time.Minute)
+	produce()
 	waitGroupDone(t, brokers, group, topic, scaleParts, 10*time.Minute)
-	var cpu float64
+	select {
+	case i := <-exited:
+		t.Fatalf("%s/%d exited before the group was done: %v", group, i, cmds[i].ProcessState)
+	default:
+	}
 	for _, cmd := range cmds {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 	}
-	for _, cmd := range cmds {
-		_ = cmd.Wait()
-		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+	var cpu float64
+	for range cmds {
+		i := <-exited
+		if ru, ok := cmds[i].ProcessState.SysUsage().(*syscall.Rusage); ok {
 			cpu += tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
 		}
 	}
 	return cpu
+}
+
+// waitGroupStable polls DescribeGroups until group is Stable with members
+// members that together hold all scaleParts partitions.
+func waitGroupStable(t *testing.T, brokers []string, group string, members int, d time.Duration) {
+	t.Helper()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	deadline := time.Now().Add(d)
+	last := "no answer"
+	for time.Now().Before(deadline) {
+		res, err := client.DescribeGroups(context.Background(), &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+		if err == nil && len(res.Groups) == 1 && res.Groups[0].Error == nil {
+			g := res.Groups[0]
+			parts := 0
+			for _, m := range g.Members {
+				for _, tp := range m.MemberAssignments.Topics {
+					parts += len(tp.Partitions)
+				}
+			}
+			if g.GroupState == "Stable" && len(g.Members) == members && parts == scaleParts {
+				return
+			}
+			last = fmt.Sprintf("state %s, %d members, %d partitions assigned", g.GroupState, len(g.Members), parts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("group %s not stable with %d members within %s: %s", group, members, d, last)
 }
 
 func tvSeconds(tv syscall.Timeval) float64 { return float64(tv.Sec) + float64(tv.Usec)/1e6 }
