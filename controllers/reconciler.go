@@ -193,6 +193,7 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 	}
 	for _, phase := range []func(context.Context, *reconcileState) error{
 		r.reconcileDatabase,
+		r.reconcileRoles,
 		r.reconcilePartitions,
 		r.decideAutoscaling,
 		r.reconcileTopics,
@@ -296,9 +297,24 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		Named(ControllerName).
 		For(&kafkav1alpha1.IdempotentConsumer{}, builder.WithPredicates(specOrDeletionChanged())).
 		Owns(&appsv1.Deployment{}).
+		// By name as well: a Deployment whose owner reference names no
+		// object (orphaned by a delete with --cascade=orphan) blocks the
+		// object of the same name until it goes, and its deletion must wake
+		// that object up.
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(consumerForDeployment)).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.consumersForSecret)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
 		Complete(r)
+}
+
+// consumerForDeployment maps one of the operator's Deployments (the cache
+// holds no others) to the object its name belongs to, owner or not.
+func consumerForDeployment(_ context.Context, dep client.Object) []ctrl.Request {
+	name, ok := objects.ConsumerNameOf(dep.GetName())
+	if !ok {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: dep.GetNamespace(), Name: name}}}
 }
 
 // specOrDeletionChanged passes creations, deletions, and updates that change

@@ -31,8 +31,9 @@ type IdempotentConsumerStatus struct {
 
 	// conditions: Ready (the summary), DatabaseReady, PartitionsReady,
 	// ConsumerReady, the kstatus conventions Reconciling and Stalled, and the
-	// warnings TopicRetentionCovered, ReplicasWithinPartitions and
-	// AutoscalingReady, which do not affect Ready.
+	// warnings TopicRetentionCovered, ReplicasWithinPartitions,
+	// DatabaseDurable, DatabaseRoles and AutoscalingReady, which do not
+	// affect Ready.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -87,6 +88,22 @@ type IdempotentConsumerStatus struct {
 	// spec.autoscaling, if any.
 	// +optional
 	ScaledObjectName string `json:"scaledObjectName,omitempty"`
+
+	// consumerRole is the database role the operator last granted the
+	// consumer's privileges to (spec.database.consumerURLSecretRef), and
+	// the consumer group its policies admit: what it takes back when either
+	// changes. Empty in the single-role setup.
+	// +optional
+	ConsumerRole *ConsumerRoleStatus `json:"consumerRole,omitempty"`
+}
+
+// ConsumerRoleStatus names the database role the consumer's privileges were
+// granted to and the consumer group its policies admit.
+type ConsumerRoleStatus struct {
+	// role is the PostgreSQL role (the user of the consumer's URL).
+	Role string `json:"role"`
+	// group is the consumer group whose rows its policies admit.
+	Group string `json:"group"`
 }
 
 // TopicStatus is what the brokers said about the topics.

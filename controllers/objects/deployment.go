@@ -87,9 +87,20 @@ const (
 	consumerUID       = 65532 // the distroless "nonroot" user
 )
 
+// deploymentSuffix ends the name of every consumer Deployment.
+const deploymentSuffix = "-consumer"
+
 // DeploymentName is the consumer Deployment's name for an object.
 func DeploymentName(obj *kafkav1alpha1.IdempotentConsumer) string {
-	return obj.Name + "-consumer"
+	return obj.Name + deploymentSuffix
+}
+
+// ConsumerNameOf is the inverse of DeploymentName: the name of the object
+// whose consumer Deployment would be called deployment, and whether there is
+// one.
+func ConsumerNameOf(deployment string) (string, bool) {
+	name, ok := strings.CutSuffix(deployment, deploymentSuffix)
+	return name, ok && name != ""
 }
 
 // SelectorLabels select the consumer pods of one object. They are part of
@@ -310,7 +321,7 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 		val(envvars.Group, k.GroupID),
 		val(envvars.DeadLetterTopic, obj.DeadLetterTopic()),
 		val(envvars.ClientID, obj.Namespace+"."+obj.Name),
-		fromSecret(envvars.DatabaseURL, obj.Spec.Database.URLSecretRef),
+		fromSecret(envvars.DatabaseURL, obj.ConsumerDatabaseURLRef()),
 		val(envvars.TableSchema, obj.SchemaName()),
 		val(envvars.TableName, obj.TableName()),
 		val(envvars.DedupScope, string(obj.Scope())),
