@@ -50,8 +50,9 @@ const scaleParts = 8
 // consumption, so it must stay well under the span); the CPU seconds of PostgreSQL (the postmaster and all its
 // backends), of the consumer processes and of this process (broker,
 // provider, harness) over the whole run, db_cpu_share = PostgreSQL's part of
-// the three; and the database transactions committed per event
-// (pg_stat_database.xact_commit). The machine is shared: compare the ratios.
+// the three; the database transactions committed per event
+// (pg_stat_database.xact_commit); for HTTP also the provider's mean and peak
+// requests in flight (what a replica keeps busy of its 64). The machine is shared: compare the ratios.
 //
 // It runs only with CONSUMER_BENCH_SCALE=1 (BENCH=scale make bench):
 //
@@ -91,7 +92,7 @@ func TestBenchScale(t *testing.T) {
 		name string
 		n    int
 	}{{"sql", sqlEvents}, {"http", httpEvents}} {
-		var eps, vs1, prod, pgSec, consSec, selfSec, share, xacts []string
+		var eps, vs1, prod, inFlight, pgSec, consSec, selfSec, share, xacts []string
 		var base float64
 		for _, r := range replicas {
 			run := fmt.Sprintf("%s-r%d", sk.name, r)
@@ -136,7 +137,10 @@ func TestBenchScale(t *testing.T) {
 				if unique != sk.n || calls != sk.n || perMax != 1 {
 					t.Errorf("%s: %d calls for %d keys (at most %d per key), want %d each and 1", run, calls, unique, perMax, sk.n)
 				}
-				first, last, _ = provider.span(run)
+				var peak int
+				var mean float64
+				first, last, peak, mean = provider.span(run)
+				inFlight = append(inFlight, fmt.Sprintf("%.0f/%d", mean, peak))
 			}
 			e := float64(sk.n) / last.Sub(first).Seconds()
 			if r == 1 {
@@ -162,7 +166,7 @@ func TestBenchScale(t *testing.T) {
 		}
 		extra := ""
 		if sk.name == "http" {
-			extra = fmt.Sprintf(" latency_ms=%d in_flight=64 bound_eps_per_replica=%.0f", slowLatency.Milliseconds(), 64/slowLatency.Seconds())
+			extra = fmt.Sprintf(" latency_ms=%d max_in_flight=64 bound_eps_per_replica=%.0f in_flight_mean_peak=%s", slowLatency.Milliseconds(), 64/slowLatency.Seconds(), j(inFlight))
 		}
 		fmt.Printf("RESULT scale sink=%s partitions=%d events=%d replicas=%s eps=%s vs_1=%s produce_s=%s pg_cpu_s=%s consumers_cpu_s=%s broker_harness_cpu_s=%s db_cpu_share=%s xacts_per_event=%s%s\n",
 			sk.name, scaleParts, sk.n, j(rs), j(eps), j(vs1), j(prod), j(pgSec), j(consSec), j(selfSec), j(share), j(xacts), extra)
