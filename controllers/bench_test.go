@@ -20,43 +20,60 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/consumer/dedup"
 )
 
 // TestBenchmarkManyConsumers is the operator's scale benchmark (make bench):
 // OPERATOR_BENCH_OBJECTS (default 300) IdempotentConsumers in one namespace,
 // each with its own table in one PostgreSQL database, reconciled by the
-// production settings (4 workers, 2 connections per database URL, 5m lead).
+// manager's defaults (DefaultMaxConcurrentReconciles workers,
+// DefaultDatabaseMaxConns connections per database URL, 5m lead);
+// OPERATOR_BENCH_WORKERS and OPERATOR_BENCH_DB_CONNS override the two.
 // It reports the time until all are Ready, the reconciles per object in the
 // OPERATOR_BENCH_QUIET (default 60s) that follow (the schedule needs none:
-// the next boundary is hours away), and the peak RSS of this test process,
-// which holds the manager (getrusage maxrss; kube-apiserver, etcd and
-// PostgreSQL are child processes and not counted, the test's own client and
-// harness are). The objects' topic is on an in-process broker, so every
+// the next boundary is hours away), where the reconciles spent their time
+// (db_share: the wall time inside database calls over the wall time of the
+// reconciles, both summed over the workers), and the peak RSS of this test
+// process, which holds the manager (getrusage maxrss; kube-apiserver, etcd
+// and PostgreSQL are child processes and not counted, the test's own client
+// and harness are). The objects' topic is on an in-process broker, so every
 // topic check succeeds and the next one is --topic-check-interval (1h) away:
 // an unreachable broker would be retried after 1m, inside the quiet period.
 // The last line of output is `RESULT key=value ...`; with
-// OPERATOR_BENCH_OUT set it is also written to that file.
+// OPERATOR_BENCH_OUT set it is also written to that file. With
+// OPERATOR_BENCH_PROFILE=dir a CPU profile of the phase from the first
+// create to all Ready (cpu.pprof) and a heap profile taken at all Ready
+// (heap.pprof) are written there.
 func TestBenchmarkManyConsumers(t *testing.T) {
 	if os.Getenv("OPERATOR_BENCH") == "" {
 		t.Skip("set OPERATOR_BENCH=1 to run the operator benchmark")
 	}
 	n := envInt(t, "OPERATOR_BENCH_OBJECTS", 300)
 	quiet := envDuration(t, "OPERATOR_BENCH_QUIET", 60*time.Second)
+	workers := envInt(t, "OPERATOR_BENCH_WORKERS", DefaultMaxConcurrentReconciles)
+	conns := envInt(t, "OPERATOR_BENCH_DB_CONNS", DefaultDatabaseMaxConns)
+	profileDir := os.Getenv("OPERATOR_BENCH_PROFILE")
+	timed := &timedOpener{}
 	te := startEnv(t, envOptions{
-		realClock: true,
-		options:   Options{RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute, MaxRequeue: 24 * time.Hour},
-		pool:      PoolOptions{MaxConns: 2},
+		realClock:  true,
+		options:    Options{RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute, MaxRequeue: 24 * time.Hour, MaxConcurrentReconciles: workers},
+		pool:       PoolOptions{MaxConns: int32(conns)},
+		wrapStores: func(o StoreOpener) StoreOpener { timed.next = o; return timed },
 	})
 	ctx := context.Background()
 	ns := te.namespace(t)
@@ -78,7 +95,19 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	single := time.Since(start)
 
 	// All of them.
+	if profileDir != "" {
+		f, err := os.Create(filepath.Join(profileDir, "cpu.pprof"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
 	atStart := reconcileCount(t)
+	recAtStart := reconcileSeconds(t)
+	dbAtStart := timed.seconds()
 	start = time.Now()
 	for i := 1; i < n; i++ {
 		te.create(t, obj(i))
@@ -86,27 +115,53 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	created := time.Since(start)
 	var ready int
 	deadline := time.Now().Add(15 * time.Minute)
+	lastLog := time.Now()
 	for {
+		// Read from the manager's own cache without copies: a list of every
+		// object from the API server would be the harness's largest
+		// allocation, and it would count in the peak RSS.
 		var list kafkav1alpha1.IdempotentConsumerList
-		if err := te.c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		if err := te.r.Client.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 			t.Fatal(err)
 		}
 		ready = 0
+		waiting := map[string]int{} // Ready's reason on the objects not Ready
 		for i := range list.Items {
 			if list.Items[i].IsReady() {
 				ready++
+			} else if c := meta.FindStatusCondition(list.Items[i].Status.Conditions, kafkav1alpha1.ConditionReady); c != nil {
+				waiting[c.Reason]++
+			} else {
+				waiting["NoReadyCondition"]++
 			}
 		}
 		if ready == n {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d Ready after 15 minutes", ready, n)
+			t.Fatalf("%d of %d Ready after 15 minutes; the others by Ready's reason: %v", ready, n, waiting)
 		}
-		time.Sleep(250 * time.Millisecond)
+		if time.Since(lastLog) >= 30*time.Second {
+			t.Logf("%s: %d of %d Ready; the others by Ready's reason: %v", time.Since(start).Round(time.Second), ready, n, waiting)
+			lastLog = time.Now()
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	allReady := time.Since(start)
 	toReady := reconcileCount(t) - atStart
+	recSeconds := reconcileSeconds(t) - recAtStart
+	dbSeconds := timed.seconds() - dbAtStart
+	if profileDir != "" {
+		pprof.StopCPUProfile()
+		f, err := os.Create(filepath.Join(profileDir, "heap.pprof"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			t.Error(err)
+		}
+		_ = f.Close()
+	}
 
 	// The quiet period: only the schedule may wake the reconciler.
 	before := reconcileCount(t)
@@ -120,8 +175,9 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	perObject := allReady.Seconds() / float64(n-1)
-	result := fmt.Sprintf("RESULT objects=%d seconds_to_all_ready=%.1f single_object_seconds=%.2f per_object_ms=%.0f vs_single=%.2f create_seconds=%.1f reconciles_per_object_to_ready=%.2f reconciles_per_object_%ds=%.3f peak_rss_mib=%.0f heap_inuse_mib=%.0f",
-		n, allReady.Seconds(), single.Seconds(), perObject*1000, perObject/single.Seconds(), created.Seconds(), toReady/float64(n-1),
+	result := fmt.Sprintf("RESULT objects=%d workers=%d db_conns=%d seconds_to_all_ready=%.1f single_object_seconds=%.2f per_object_ms=%.0f vs_single=%.2f create_seconds=%.1f reconciles_per_object_to_ready=%.2f reconcile_ms_per_object=%.0f db_ms_per_object=%.0f db_share=%.2f reconciles_per_object_%ds=%.3f peak_rss_mib=%.0f heap_inuse_mib=%.0f",
+		n, workers, conns, allReady.Seconds(), single.Seconds(), perObject*1000, perObject/single.Seconds(), created.Seconds(), toReady/float64(n-1),
+		recSeconds*1000/float64(n-1), dbSeconds*1000/float64(n-1), dbSeconds/recSeconds,
 		int(quiet.Seconds()), (after-before)/float64(n), float64(ru.Maxrss)/1024, float64(ms.HeapInuse)/(1<<20))
 	t.Logf("the peak RSS is this test process's (manager + test client + harness), from getrusage maxrss")
 	fmt.Println(result)
@@ -130,6 +186,84 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// timedOpener sums the wall time spent inside TableStore calls, to tell the
+// database's share of a reconcile from the API server's and the operator's.
+type timedOpener struct {
+	next  StoreOpener
+	nanos atomic.Int64
+}
+
+func (o *timedOpener) Open(ctx context.Context, db DatabaseConn, tb dedup.Table) (TableStore, error) {
+	s, err := o.next.Open(ctx, db, tb)
+	if err != nil {
+		return nil, err
+	}
+	return &timedStore{TableStore: s, nanos: &o.nanos}, nil
+}
+
+func (o *timedOpener) seconds() float64 { return time.Duration(o.nanos.Load()).Seconds() }
+
+type timedStore struct {
+	TableStore
+	nanos *atomic.Int64
+}
+
+func (s *timedStore) since(t0 time.Time) { s.nanos.Add(int64(time.Since(t0))) }
+
+func (s *timedStore) EnsureTable(ctx context.Context, owner string) error {
+	defer s.since(time.Now())
+	return s.TableStore.EnsureTable(ctx, owner)
+}
+
+func (s *timedStore) Adopt(ctx context.Context, owner, from string) (dedup.AdoptResult, error) {
+	defer s.since(time.Now())
+	return s.TableStore.Adopt(ctx, owner, from)
+}
+
+func (s *timedStore) Observe(ctx context.Context) (dedup.State, error) {
+	defer s.since(time.Now())
+	return s.TableStore.Observe(ctx)
+}
+
+func (s *timedStore) Maintain(ctx context.Context, now time.Time, premake int, retention time.Duration) (dedup.Result, error) {
+	defer s.since(time.Now())
+	return s.TableStore.Maintain(ctx, now, premake, retention)
+}
+
+func (s *timedStore) DropTable(ctx context.Context, owner string) error {
+	defer s.since(time.Now())
+	return s.TableStore.DropTable(ctx, owner)
+}
+
+func (s *timedStore) Durability(ctx context.Context) (dedup.Durability, error) {
+	defer s.since(time.Now())
+	return s.TableStore.Durability(ctx)
+}
+
+// reconcileSeconds is the sum of controller-runtime's reconcile time
+// histogram for our controller.
+func reconcileSeconds(t *testing.T) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_time_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == ControllerName {
+					total += m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return total
 }
 
 // reconcileCount is controller-runtime's reconcile counter for our controller.

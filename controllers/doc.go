@@ -24,7 +24,8 @@ limitations under the License.
 // computed from what this loop observed, written once if it changed).
 // conditions.go holds every condition writer and Event reason, secrets.go
 // every Secret read and the scrubbing of their values, dberrors.go the
-// mapping of database errors to reasons. The objects the phases apply are
+// mapping of database errors to reasons, scale.go the concurrency defaults
+// and what the cache keeps of each object. The objects the phases apply are
 // built by the pure functions of controllers/objects; SQL lives in
 // consumer/dedup, behind the TableStore interface.
 package controllers

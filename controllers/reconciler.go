@@ -67,7 +67,7 @@ type Options struct {
 	RetryBase, RetryMax time.Duration
 	// DatabaseTimeout bounds the database work of one reconcile; default 60s.
 	DatabaseTimeout time.Duration
-	// MaxConcurrentReconciles; default 4.
+	// MaxConcurrentReconciles; default DefaultMaxConcurrentReconciles.
 	MaxConcurrentReconciles int
 	// TopicRefresh is how long what the brokers said about an object's topics
 	// is reused, and how long "KEDA is not installed" is believed, before the
@@ -116,7 +116,7 @@ func (o Options) withDefaults() Options {
 		o.DatabaseTimeout = 60 * time.Second
 	}
 	if o.MaxConcurrentReconciles <= 0 {
-		o.MaxConcurrentReconciles = 4
+		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
 	}
 	if o.TopicRefresh <= 0 {
 		o.TopicRefresh = 5 * time.Minute

@@ -65,7 +65,7 @@ type StoreOpener interface {
 
 // PoolOptions tune the connection pools of a PoolCache.
 type PoolOptions struct {
-	// MaxConns per pool; default 2. Every IdempotentConsumer that shares a
+	// MaxConns per pool; default DefaultDatabaseMaxConns. Every IdempotentConsumer that shares a
 	// connection URL shares one pool.
 	MaxConns int32
 	// ConnectTimeout bounds one connection attempt; default 5s.
@@ -94,7 +94,7 @@ type cachedPool struct {
 // NewPoolCache returns an empty cache.
 func NewPoolCache(opts PoolOptions) *PoolCache {
 	if opts.MaxConns <= 0 {
-		opts.MaxConns = 2
+		opts.MaxConns = DefaultDatabaseMaxConns
 	}
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = 5 * time.Second

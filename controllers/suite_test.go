@@ -97,6 +97,9 @@ type envOptions struct {
 	// leaderElectionNamespace, when set, turns leader election on with its
 	// Lease there.
 	leaderElectionNamespace string
+	// wrapStores, when set, wraps the PoolCache the reconciler opens stores
+	// with (the benchmark times the database calls).
+	wrapStores func(StoreOpener) StoreOpener
 }
 
 var scheme = func() *runtime.Scheme {
@@ -208,8 +211,12 @@ func (te *testEnv) startManager(t *testing.T, restCfg *rest.Config, eo envOption
 	if opts.MaxRequeue == 0 {
 		opts.MaxRequeue = 30 * 24 * time.Hour // let the schedule alone decide
 	}
+	var stores StoreOpener = te.stores
+	if eo.wrapStores != nil {
+		stores = eo.wrapStores(stores)
+	}
 	te.r = &IdempotentConsumerReconciler{
-		Stores:   te.stores,
+		Stores:   stores,
 		Recorder: mgr.GetEventRecorder("idempotency-operator"),
 		Topics:   eo.topics,
 		Options:  opts,

@@ -57,14 +57,16 @@ func ParseWatchNamespaces(flag string) ([]string, error) {
 }
 
 // CacheOptions are the manager's cache options. Only Deployments labelled as
-// this operator's are cached. With namespaces set, every informer the manager
-// starts (IdempotentConsumers, Deployments, the metadata-only watch of
-// Secrets) lists and watches those namespaces only, so a namespaced install
-// needs no cluster-wide read of anything; nil or empty watches the cluster.
+// this operator's are cached, and cached objects carry no managedFields but
+// the operator's own apply entry on Deployments (stripManagedFields). With
+// namespaces set, every informer the manager starts (IdempotentConsumers,
+// Deployments, the metadata-only watch of Secrets) lists and watches those
+// namespaces only, so a namespaced install needs no cluster-wide read of
+// anything; nil or empty watches the cluster.
 func CacheOptions(namespaces []string) cache.Options {
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&appsv1.Deployment{}: {Label: labels.SelectorFromSet(labels.Set{objects.LabelManagedBy: objects.ManagedByValue})},
-	}}
+	}, DefaultTransform: stripManagedFields}
 	if len(namespaces) > 0 {
 		opts.DefaultNamespaces = make(map[string]cache.Config, len(namespaces))
 		for _, ns := range namespaces {

@@ -4,11 +4,11 @@
 # prints one line "RESULT key=value ..." with the ratios; this script prints
 # those lines last, prefixed with the benchmark's name.
 #
-#   make bench                 # all five
-#   BENCH=dedup make bench     # one of: dedup consumer slow_sink memory operator
+#   make bench                 # all of them
+#   BENCH=dedup make bench     # one of: dedup consumer slow_sink memory scale operator
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-which="${BENCH:-dedup consumer slow_sink memory operator}"
+which="${BENCH:-dedup consumer slow_sink memory scale operator}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
@@ -21,7 +21,13 @@ run() {
 		echo "RESULT $name failed=1" >"$out/$name.result"
 		return 1
 	fi
-	grep '^RESULT ' "$out/$name.log" | tail -1 | sed "s/^RESULT /RESULT $name /" >"$out/$name.result" || true
+	# One RESULT line per benchmark; the scale benchmark prints one per sink
+	# and names itself ("RESULT scale sink=...").
+	if [ "$name" = scale ]; then
+		grep '^RESULT scale ' "$out/$name.log" >"$out/$name.result" || true
+	else
+		grep '^RESULT ' "$out/$name.log" | tail -1 | sed "s/^RESULT /RESULT $name /" >"$out/$name.result" || true
+	fi
 	echo "bench: $name took $((SECONDS - start))s" >&2
 }
 
@@ -40,11 +46,16 @@ for b in $which; do
 	memory)
 		# cmd/consumer's peak RSS draining 8 partitions of 10 KB, 100 KB and 1 MB events, with and without a 256 MiB CONSUMER_MEMORY_LIMIT.
 		run memory env CONSUMER_BENCH_MEMORY=1 go test ./consumer/ -run '^TestBenchMemory$' -count=1 -v -timeout 30m || status=1 ;;
+	scale)
+		# 1, 2 and 4 cmd/consumer processes on one 8-partition topic, SQL sink and HTTP sink (20 ms provider): eps, CPU of PostgreSQL vs consumers.
+		run scale env CONSUMER_BENCH_SCALE=1 go test ./consumer/ -run '^TestBenchScale$' -count=1 -v -timeout 30m || status=1 ;;
 	operator)
-		# 300 IdempotentConsumers against one PostgreSQL: time to Ready, reconciles afterwards, RSS.
+		# 300, then 1000 IdempotentConsumers against one PostgreSQL: time to Ready, reconciles afterwards, RSS.
+		# Each in its own test process, so that each peak RSS is that run's own; the 1000-object run's quiet period is 30s.
 		assets="$(hack/envtest.sh)"
-		run operator env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1 ;;
-	*) echo "bench: unknown benchmark $b (dedup, consumer, slow_sink, memory, operator)" >&2; exit 2 ;;
+		run operator env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1
+		run operator_1000 env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 OPERATOR_BENCH_OBJECTS=1000 OPERATOR_BENCH_QUIET=30s go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1 ;;
+	*) echo "bench: unknown benchmark $b (dedup, consumer, slow_sink, memory, scale, operator)" >&2; exit 2 ;;
 	esac
 done
 echo

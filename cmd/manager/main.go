@@ -130,7 +130,7 @@ func parseFlags() (*config, error) {
 	flag.DurationVar(&opts.RetryBase, "retry-base", 5*time.Second, "First wait after a failure that retrying can fix.")
 	flag.DurationVar(&opts.RetryMax, "retry-max", 5*time.Minute, "Longest wait after repeated failures.")
 	flag.DurationVar(&opts.DatabaseTimeout, "database-timeout", time.Minute, "Bound on the database work of one reconcile.")
-	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "Objects reconciled in parallel.")
+	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "Objects reconciled in parallel.")
 	flag.DurationVar(&opts.TopicRefresh, "topic-refresh", 5*time.Minute, "How long topic retention and partitions read from the brokers (and a missing KEDA) are trusted before the next reconcile asks again.")
 	flag.DurationVar(&opts.KafkaTimeout, "kafka-timeout", 10*time.Second, "Bound on one look at the brokers.")
 	flag.DurationVar(&opts.TopicCheckInterval, "topic-check-interval", time.Hour, "How often topic retention and partitions are checked again after a successful look (a look that fails is retried after 1m, doubling up to 10m); 0 disables the periodic check.")
@@ -139,7 +139,7 @@ func parseFlags() (*config, error) {
 	var maxConns int
 	var watchNamespacesFlag string
 	flag.StringVar(&watchNamespacesFlag, "watch-namespaces", "", "Comma-separated namespaces whose IdempotentConsumers (and Secrets, Deployments) the manager watches; empty means the whole cluster. Pair a list with the RBAC of config/namespaced.")
-	flag.IntVar(&maxConns, "database-max-conns", 2, "Connections per distinct database URL.")
+	flag.IntVar(&maxConns, "database-max-conns", controllers.DefaultDatabaseMaxConns, "Connections per distinct database URL: the most the operator opens against one database, whatever --max-concurrent-reconciles is.")
 	cfg.zap.BindFlags(flag.CommandLine)
 	flag.Parse()
 	if cfg.printVersion {

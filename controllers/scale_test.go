@@ -1,0 +1,76 @@
+/*
+Copyright 2026 The idempotency-dev authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+)
+
+// TestStripManagedFields: the cache keeps, of all managedFields, only the
+// operator's apply entry on Deployments (what ownsReplicas reads), and the
+// replica hand-over still sees it.
+func TestStripManagedFields(t *testing.T) {
+	replicas := &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}
+	entries := func() []metav1.ManagedFieldsEntry {
+		return []metav1.ManagedFieldsEntry{
+			{Manager: FieldOwner, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: replicas},
+			{Manager: FieldOwner, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{}`)}},
+			{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{}`)}},
+			{Manager: handoverFieldOwner, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: replicas},
+		}
+	}
+
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", ManagedFields: entries()}}
+	if !ownsReplicas(dep) {
+		t.Fatal("the fixture should own spec.replicas before the transform")
+	}
+	if _, err := stripManagedFields(dep); err != nil {
+		t.Fatal(err)
+	}
+	if len(dep.ManagedFields) != 1 || dep.ManagedFields[0].Manager != FieldOwner || dep.ManagedFields[0].Operation != metav1.ManagedFieldsOperationApply {
+		t.Errorf("Deployment keeps %+v, want only the operator's apply entry", dep.ManagedFields)
+	}
+	if !ownsReplicas(dep) {
+		t.Error("ownsReplicas is false after the transform")
+	}
+
+	obj := &kafkav1alpha1.IdempotentConsumer{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: entries()}}
+	if _, err := stripManagedFields(obj); err != nil {
+		t.Fatal(err)
+	}
+	if obj.ManagedFields != nil {
+		t.Errorf("IdempotentConsumer keeps %+v, want none", obj.ManagedFields)
+	}
+
+	meta := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "s", ManagedFields: entries()}}
+	if _, err := stripManagedFields(meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.ManagedFields != nil {
+		t.Errorf("Secret metadata keeps %+v, want none", meta.ManagedFields)
+	}
+
+	// Something without metadata is stored as it is.
+	if out, err := stripManagedFields("not an object"); err != nil || out != "not an object" {
+		t.Errorf("stripManagedFields(string) = %v, %v", out, err)
+	}
+}
