@@ -74,7 +74,7 @@ var settings = []setting{
 	{ev.PolicyOversized, string(consumer.PolicyDeadLetter), "policy for oversized"},
 	{ev.PolicyOutsideWindow, string(consumer.PolicyDeadLetter), "policy for outside_window: DeadLetter, Skip, Stop or Process"},
 	{ev.PolicyHandlerFailed, string(consumer.PolicyDeadLetter), "policy for handler_failed"},
-	{ev.ListenAddr, ":8080", "address for /healthz, /readyz and /metrics (empty: no server)"},
+	{ev.ListenAddr, ":8080", "address for /healthz, /readyz and /metrics (the flag set empty: no server; an empty variable counts as unset)"},
 	{ev.LogLevel, "info", "log level: debug, info, warn or error"},
 	{ev.LogFormat, "json", "log format: json or text"},
 	{ev.MemoryLimit, "", "the container's memory limit in bytes (the operator passes limits.memory): sets the Go memory limit to 70% of it unless GOMEMLIMIT is set, and the records in flight to 50% (empty: unbounded)"},
