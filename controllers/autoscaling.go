@@ -28,7 +28,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -235,16 +234,6 @@ func (r *IdempotentConsumerReconciler) deleteKEDAObject(ctx context.Context, obj
 }
 
 func ptrUID(u types.UID) *types.UID { return &u }
-
-// autoscalingNotReady records an autoscaling problem. It is a warning: Ready
-// does not depend on it, because the consumer runs either way.
-func (r *IdempotentConsumerReconciler) autoscalingNotReady(ctx context.Context, s *reconcileState, reason, message string) {
-	message = s.scrub(message)
-	if s.obj.SetCondition(kafkav1alpha1.ConditionAutoscalingReady, metav1.ConditionFalse, reason, message) {
-		r.event(s.obj, corev1.EventTypeWarning, reason, "ApplyScaledObject", message)
-		log.FromContext(ctx).Info("Autoscaling not ready", "reason", reason, "message", message)
-	}
-}
 
 // kedaReadyCondition is the Ready condition KEDA wrote on a ScaledObject.
 func kedaReadyCondition(u *unstructured.Unstructured) *metav1.Condition {

@@ -18,33 +18,18 @@ package controllers
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/url"
 	"strings"
-	"syscall"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/dedup"
 )
-
-// secretValue is one Secret key's value as read this reconcile.
-type secretValue struct {
-	ref             kafkav1alpha1.SecretKeyRef
-	value           string
-	resourceVersion string
-}
 
 // reconcileDatabase reads the database URL from its Secret, opens the
 // table's store and ensures the table exists with this object's ownership
@@ -107,13 +92,13 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 func (r *IdempotentConsumerReconciler) reportDurability(ctx, dctx context.Context, s *reconcileState, store TableStore) {
 	d, err := store.Durability(dctx)
 	if err != nil {
-		r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionUnknown,
+		r.warningCondition(ctx, s, actionCheckDurability, kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionUnknown,
 			kafkav1alpha1.ReasonDurabilityUnknown, "Reading synchronous_commit and pg_stat_replication failed: "+err.Error())
 		return
 	}
 	risks := d.Risks()
 	if len(risks) == 0 {
-		r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionTrue, kafkav1alpha1.ReasonDurable,
+		r.warningCondition(ctx, s, actionCheckDurability, kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionTrue, kafkav1alpha1.ReasonDurable,
 			fmt.Sprintf("synchronous_commit=%s; %d standby(s), none asynchronous", d.SynchronousCommit, len(d.Standbys)))
 		return
 	}
@@ -121,14 +106,9 @@ func (r *IdempotentConsumerReconciler) reportDurability(ctx, dctx context.Contex
 	for i, rk := range risks {
 		msgs[i] = rk.Message
 	}
-	r.warningCondition(ctx, s, "CheckDurability", kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionFalse, risks[0].Reason,
+	r.warningCondition(ctx, s, actionCheckDurability, kafkav1alpha1.ConditionDatabaseDurable, metav1.ConditionFalse, risks[0].Reason,
 		strings.Join(msgs, "; ")+"; the consumer redoes lost batches from Kafka (positions table) while the topic still holds them")
 }
-
-// ReasonTableAdopted is the reason of the Normal Event recorded when an
-// object takes its table over from the previous owner named in
-// spec.database.adoptFromUID.
-const ReasonTableAdopted = "TableAdopted"
 
 // apiError carries a failure of the Kubernetes API out of a database step,
 // so it is returned from the reconcile (and retried) instead of being
@@ -189,7 +169,7 @@ func (r *IdempotentConsumerReconciler) ensureTable(ctx, dctx context.Context, s 
 	if res.Adopted || len(res.Partitions) > 0 {
 		msg := fmt.Sprintf("Took over table %s from its previous owner %s (spec.database.adoptFromUID): the ownership marker of the table and of %d partition(s) now names this object; its rows are kept",
 			own.Table, from, len(res.Partitions))
-		r.event(obj, corev1.EventTypeNormal, ReasonTableAdopted, "AdoptTable", s.scrub(msg))
+		r.event(obj, corev1.EventTypeNormal, ReasonTableAdopted, actionAdoptTable, s.scrub(msg))
 		log.FromContext(ctx).Info("Adopted table", "table", own.Table, "previousOwner", from, "partitions", len(res.Partitions))
 	}
 	return nil
@@ -226,55 +206,6 @@ func tableOf(obj *kafkav1alpha1.IdempotentConsumer) dedup.Table {
 		Scope:    dedup.Scope(obj.Scope()),
 		Interval: dedup.Interval(obj.Interval()),
 	}
-}
-
-// readSecretKey reads one key of a Secret with a direct GET: Secrets are
-// not cached (only their metadata is watched), so the operator never holds
-// every Secret of the cluster in memory. A missing Secret or key is a
-// problem for status; any other API failure is returned.
-func (r *IdempotentConsumerReconciler) readSecretKey(ctx context.Context, namespace string, ref kafkav1alpha1.SecretKeyRef) (secretValue, *problem, error) {
-	var secret corev1.Secret
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, &secret); err != nil {
-		if apierrors.IsNotFound(err) {
-			return secretValue{}, &problem{kafkav1alpha1.ReasonSecretNotFound,
-				fmt.Sprintf("Secret %q not found in namespace %q", ref.Name, namespace)}, nil
-		}
-		return secretValue{}, nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, ref.Name, err)
-	}
-	v, ok := secret.Data[ref.Key]
-	if !ok || len(v) == 0 {
-		if sv, ok2 := secret.StringData[ref.Key]; ok2 && sv != "" {
-			v = []byte(sv)
-		} else {
-			return secretValue{}, &problem{kafkav1alpha1.ReasonSecretKeyMissing,
-				fmt.Sprintf("Secret %q has no key %q, or it is empty", ref.Name, ref.Key)}, nil
-		}
-	}
-	return secretValue{ref: ref, value: string(v), resourceVersion: secret.ResourceVersion}, nil, nil
-}
-
-// secretKey reads a Secret key once per reconcile and remembers its value
-// for scrubbing.
-func (r *IdempotentConsumerReconciler) secretKey(ctx context.Context, s *reconcileState, ref kafkav1alpha1.SecretKeyRef) (secretValue, *problem, error) {
-	if v, ok := s.secretValues[ref]; ok {
-		return v, nil, nil
-	}
-	v, prob, err := r.readSecretKey(ctx, s.obj.Namespace, ref)
-	if err != nil || prob != nil {
-		return v, prob, err
-	}
-	if s.secretValues == nil {
-		s.secretValues = map[kafkav1alpha1.SecretKeyRef]secretValue{}
-	}
-	s.secretValues[ref] = v
-	s.addSecret(v.value, false)
-	return v, nil, nil
-}
-
-// databaseNotReady records a database problem; stalled problems need a
-// change by someone, transient ones may pass on retry.
-func (r *IdempotentConsumerReconciler) databaseNotReady(ctx context.Context, s *reconcileState, reason, message string, transient bool) {
-	r.notReady(ctx, s, kafkav1alpha1.ConditionDatabaseReady, "ConnectDatabase", "Database not ready", reason, message, transient)
 }
 
 // databaseFailure classifies an error from opening the store or ensuring
@@ -332,107 +263,4 @@ func (r *IdempotentConsumerReconciler) ownershipProblem(ctx context.Context, obj
 	return kafkav1alpha1.ReasonTableClaimed, fmt.Sprintf(
 		"Table %s is owned by UID %s, which is no IdempotentConsumer in this cluster (one deleted with deletionPolicy Retain, or one in another cluster); refusing to take it over. If it was this object's predecessor and nothing else (another cluster) maintains this table, set spec.database.adoptFromUID: %s to adopt it; otherwise choose another table",
 		own.Table, own.Owner, own.Owner)
-}
-
-// classifyDatabaseError maps an error to a condition reason, and says
-// whether retrying unchanged can help.
-func classifyDatabaseError(err error) (reason string, transient bool) {
-	var (
-		pgErr  *pgconn.PgError
-		urlErr *InvalidURLError
-		tlsErr *DatabaseTLSError
-		verErr *tls.CertificateVerificationError
-		layout *dedup.LayoutError
-		lock   *dedup.LockError
-		netErr net.Error
-	)
-	switch {
-	case errors.As(err, &urlErr), errors.As(err, &tlsErr):
-		return kafkav1alpha1.ReasonInvalidURL, false
-	case errors.As(err, &verErr):
-		// Retried: a renewed server certificate or a CA Secret being
-		// rotated can fix it without a change to the object.
-		return kafkav1alpha1.ReasonCertificateRejected, true
-	case errors.As(err, &layout):
-		return kafkav1alpha1.ReasonTableLayoutMismatch, false
-	case errors.Is(err, dedup.ErrInvalidIdentifier):
-		return kafkav1alpha1.ReasonInvalidSpec, false
-	case errors.As(err, &lock) || dedup.IsRetryable(err):
-		return kafkav1alpha1.ReasonLockNotAvailable, true
-	case errors.As(err, &pgErr):
-		switch {
-		case pgErr.Code == "28P01" || pgErr.Code == "28000":
-			return kafkav1alpha1.ReasonAuthenticationFailed, false
-		case pgErr.Code == "3D000":
-			return kafkav1alpha1.ReasonDatabaseNotFound, false
-		case pgErr.Code == "42501":
-			return kafkav1alpha1.ReasonPermissionDenied, false
-		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57P"), pgErr.Code == "53300":
-			// connection exceptions, shutdown/cannot connect now, too many connections
-			return kafkav1alpha1.ReasonDatabaseUnreachable, true
-		}
-		return kafkav1alpha1.ReasonDatabaseError, true
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.As(err, &netErr), pgconn.Timeout(err):
-		return kafkav1alpha1.ReasonDatabaseUnreachable, true
-	}
-	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) {
-		return kafkav1alpha1.ReasonDatabaseUnreachable, true
-	}
-	return kafkav1alpha1.ReasonDatabaseError, true
-}
-
-// describeDatabaseError is the condition message for a classified error.
-func describeDatabaseError(reason string, err error) string {
-	switch reason {
-	case kafkav1alpha1.ReasonInvalidURL:
-		return err.Error()
-	case kafkav1alpha1.ReasonCertificateRejected:
-		return "The PostgreSQL server's certificate did not verify (check spec.database.caSecretRef, or the system roots without one, and that the certificate names the host in the URL; sslmode=verify-ca skips the name check): " + err.Error()
-	case kafkav1alpha1.ReasonAuthenticationFailed:
-		return "The database refused the credentials in the database URL Secret (authentication failed); fix the Secret or the role: " + err.Error()
-	case kafkav1alpha1.ReasonDatabaseNotFound:
-		return "The database named in the database URL does not exist: " + err.Error()
-	case kafkav1alpha1.ReasonPermissionDenied:
-		return "The database role lacks a privilege the operator needs (CREATE on the database and schema, ownership of the table): " + err.Error()
-	case kafkav1alpha1.ReasonDatabaseUnreachable:
-		return "Cannot reach the database; retrying with backoff: " + err.Error()
-	case kafkav1alpha1.ReasonLockNotAvailable:
-		return "A lock on the table stayed busy; retrying: " + err.Error()
-	}
-	return err.Error()
-}
-
-// scrub removes every secret this reconcile read (and its URL-encoded
-// forms) from a message meant for a condition, an event or a log line.
-func (s *reconcileState) scrub(msg string) string {
-	for _, secret := range s.secrets {
-		if len(secret) < 4 {
-			continue // too short to replace without mangling the message
-		}
-		msg = strings.ReplaceAll(msg, secret, "[redacted]")
-	}
-	return msg
-}
-
-// addSecret remembers a secret value read this reconcile, so scrub keeps it
-// out of messages; for a database URL its password is remembered too.
-func (s *reconcileState) addSecret(v string, isURL bool) {
-	if v == "" {
-		return
-	}
-	s.secrets = append(s.secrets, v, url.QueryEscape(v), url.PathEscape(v))
-	if !isURL {
-		return
-	}
-	if pu, err := url.Parse(v); err == nil && pu.User != nil {
-		if pw, ok := pu.User.Password(); ok {
-			s.addSecret(pw, false)
-		}
-	}
-	if cfg, err := pgconn.ParseConfig(v); err == nil {
-		s.addSecret(cfg.Password, false)
-	}
 }

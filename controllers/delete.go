@@ -36,11 +36,6 @@ import (
 
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=delete
 
-// ReasonTableKept is the reason of the Warning Event recorded when an object
-// with deletionPolicy Delete is deleted without its table being dropped,
-// because the database URL Secret (or its key) is gone.
-const ReasonTableKept = "TableKept"
-
 // reconcileFinalizer keeps the finalizer in step with deletionPolicy: only
 // Delete needs cleanup, so only Delete holds the object on deletion.
 func (r *IdempotentConsumerReconciler) reconcileFinalizer(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer) error {
@@ -76,7 +71,7 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 		return ctrl.Result{}, nil
 	}
 	if obj.DeletionPolicy() != kafkav1alpha1.DeletionDelete {
-		r.event(obj, corev1.EventTypeNormal, "TableRetained", "Delete",
+		r.event(obj, corev1.EventTypeNormal, ReasonTableRetained, actionDelete,
 			fmt.Sprintf("deletionPolicy is Retain: table %s is kept", tableOf(obj)))
 		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
 	}
@@ -115,7 +110,7 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 		// log line is the record there.
 		msg := fmt.Sprintf("Table %s was kept, not dropped: %s, so the operator cannot reach the database. Deletion goes on; drop the table by hand if it is no longer needed",
 			table, prob.message)
-		r.event(obj, corev1.EventTypeWarning, ReasonTableKept, "Delete", msg)
+		r.event(obj, corev1.EventTypeWarning, ReasonTableKept, actionDelete, msg)
 		log.FromContext(ctx).Info("Table kept: a Secret it needs is gone", "table", table.String(), "reason", prob.reason)
 		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
 	}
@@ -124,12 +119,12 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 		var own *dedup.OwnershipError
 		switch {
 		case err == nil:
-			r.event(obj, corev1.EventTypeNormal, "TableDropped", "Delete", fmt.Sprintf("Dropped table %s (deletionPolicy Delete)", table))
+			r.event(obj, corev1.EventTypeNormal, ReasonTableDropped, actionDelete, fmt.Sprintf("Dropped table %s (deletionPolicy Delete)", table))
 			log.FromContext(ctx).Info("Dropped table", "table", table.String())
 			return ctrl.Result{}, r.removeFinalizer(ctx, obj)
 		case errors.As(err, &own):
 			msg := fmt.Sprintf("Table %s was not dropped: it is not this object's (owner %q); left in place", table, own.Owner)
-			r.event(obj, corev1.EventTypeWarning, kafkav1alpha1.ReasonTableNotOwned, "Delete", msg)
+			r.event(obj, corev1.EventTypeWarning, kafkav1alpha1.ReasonTableNotOwned, actionDelete, msg)
 			log.FromContext(ctx).Info("Table not dropped: not ours", "table", table.String(), "owner", own.Owner)
 			return ctrl.Result{}, r.removeFinalizer(ctx, obj)
 		}
@@ -144,7 +139,7 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 	obj.SetCondition(kafkav1alpha1.ConditionReconciling, metav1.ConditionTrue, kafkav1alpha1.ReasonDeleting, msg)
 	observeProblem(prob.reason)
 	if startedWaiting {
-		r.event(obj, corev1.EventTypeWarning, prob.reason, "Delete", msg)
+		r.event(obj, corev1.EventTypeWarning, prob.reason, actionDelete, msg)
 	}
 	setStatusGauges(obj)
 	if err := r.patchStatus(ctx, orig, obj); err != nil {

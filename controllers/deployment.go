@@ -17,403 +17,218 @@ limitations under the License.
 package controllers
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
 	"encoding/json"
-	"maps"
-	"path"
-	"slices"
-	"strconv"
+	"fmt"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/types"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
-	"github.com/idempotency-dev/operator/consumer/envvars"
-	"github.com/idempotency-dev/operator/consumer/version"
 )
 
-// ConsumerRepository is the ready-made consumer's (cmd/consumer) image
-// repository.
-const ConsumerRepository = "ghcr.io/idempotency-dev/consumer"
+// reconcileDeployment applies the consumer Deployment and reports its
+// rollout as ConsumerReady. The Deployment is first created only once the
+// table is ready (a consumer without its table would only fail); after that
+// spec changes are applied whatever the database's state.
+func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, s *reconcileState) error {
+	obj := s.obj
+	name := DeploymentName(obj)
+	obj.Status.DeploymentName = name
 
-// DefaultConsumerImage is the ready-made consumer released with this build of
-// the operator (the two are released together from one tag), used when
-// neither spec.consumer.image nor the manager's --consumer-image is set.
-// Never :latest, so that an operator does not run a consumer of another
-// release by accident.
-var DefaultConsumerImage = ConsumerRepository + ":" + version.Get().Version
-
-// Labels and annotations the builder sets.
-const (
-	LabelName      = "app.kubernetes.io/name"
-	LabelInstance  = "app.kubernetes.io/instance"
-	LabelComponent = "app.kubernetes.io/component"
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	LabelPartOf    = "app.kubernetes.io/part-of"
-
-	// ManagedByValue marks Deployments this operator manages; the manager's
-	// cache holds only Deployments with it.
-	ManagedByValue = "idempotency-operator"
-
-	// AnnotationConfigHash on the pod template changes whenever a referenced
-	// Secret's value changes, so the consumer rolls out with new credentials
-	// (environment variables from Secrets are read only at container start).
-	AnnotationConfigHash = "kafka.idempotency.dev/config-hash"
-	// AnnotationSpecHash on the Deployment is the hash of what the builder
-	// produced; an unchanged hash lets a reconcile skip the apply.
-	AnnotationSpecHash = "kafka.idempotency.dev/spec-hash"
-)
-
-// Consumer container constants.
-const (
-	consumerContainer = "consumer"
-	consumerPort      = 8080
-	consumerPortName  = "http"
-	tlsMountDir       = "/etc/idempotency/kafka-tls"
-	tmpVolume         = "tmp"
-	consumerUID       = 65532 // the distroless "nonroot" user
-)
-
-// DeploymentName is the consumer Deployment's name for an object.
-func DeploymentName(obj *kafkav1alpha1.IdempotentConsumer) string {
-	return obj.Name + "-consumer"
-}
-
-// SelectorLabels select the consumer pods of one object. They are part of
-// the Deployment's immutable selector, so they never change.
-func SelectorLabels(obj *kafkav1alpha1.IdempotentConsumer) map[string]string {
-	return map[string]string{
-		LabelName:     "idempotent-consumer",
-		LabelInstance: obj.Name,
-	}
-}
-
-// BuildOptions are the inputs of BuildDeployment besides the object.
-type BuildOptions struct {
-	// DefaultImage is used when spec.consumer.image is empty.
-	DefaultImage string
-	// ConfigHash goes into the pod template (see AnnotationConfigHash).
-	ConfigHash string
-	// Autoscaled leaves spec.replicas out: KEDA's HPA owns it, and the
-	// operator's server-side apply must not fight it.
-	Autoscaled bool
-}
-
-// BuildDeployment returns the consumer Deployment for obj. It is a pure
-// function of its inputs: no client, no clock, no randomness. The result
-// carries a controller owner reference to obj (which must have a UID), so
-// the Deployment is garbage-collected with it.
-func BuildDeployment(obj *kafkav1alpha1.IdempotentConsumer, opts BuildOptions) *appsv1.Deployment {
-	spec := obj.Spec.Consumer
-	image := spec.Image
-	if image == "" {
-		image = opts.DefaultImage
-	}
-	if image == "" {
-		image = DefaultConsumerImage
-	}
-	selector := SelectorLabels(obj)
-	labels := map[string]string{
-		LabelComponent: "consumer",
-		LabelManagedBy: ManagedByValue,
-		LabelPartOf:    "idempotency-operator",
-	}
-	maps.Copy(labels, selector)
-
-	podLabels := map[string]string{}
-	podAnnotations := map[string]string{}
-	pt := spec.PodTemplate
-	if pt == nil {
-		pt = &kafkav1alpha1.PodTemplateOverrides{}
-	}
-	maps.Copy(podLabels, pt.Labels)
-	maps.Copy(podLabels, labels) // ours win
-	maps.Copy(podAnnotations, pt.Annotations)
-	if opts.ConfigHash != "" {
-		podAnnotations[AnnotationConfigHash] = opts.ConfigHash
-	}
-	if len(podAnnotations) == 0 {
-		podAnnotations = nil
+	current := &appsv1.Deployment{}
+	key := types.NamespacedName{Namespace: obj.Namespace, Name: name}
+	err := r.Client.Get(ctx, key, current)
+	switch {
+	case apierrors.IsNotFound(err):
+		// The cache holds only Deployments labelled as ours: ask the API
+		// server whether someone else's has this name before creating.
+		other := &metav1.PartialObjectMetadata{}
+		other.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
+		if err := r.APIReader.Get(ctx, key, other); err == nil {
+			r.consumerNotReady(ctx, s, kafkav1alpha1.ReasonDeploymentConflict, fmt.Sprintf(
+				"Deployment %q exists and is not managed by this object; rename or delete it", name), false)
+			return nil
+		} else if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("checking for Deployment %s: %w", name, err)
+		}
+		current = nil
+	case err != nil:
+		return fmt.Errorf("reading Deployment %s: %w", name, err)
+	case !metav1.IsControlledBy(current, obj):
+		r.consumerNotReady(ctx, s, kafkav1alpha1.ReasonDeploymentConflict, fmt.Sprintf(
+			"Deployment %q is not controlled by this object; rename or delete it", name), false)
+		return nil
 	}
 
-	env, volumes, mounts := consumerEnv(obj)
-	volumes = append([]corev1.Volume{{
-		Name:         tmpVolume,
-		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}},
-	}}, volumes...)
-	mounts = append([]corev1.VolumeMount{{Name: tmpVolume, MountPath: "/tmp"}}, mounts...)
+	if current == nil && !(s.databaseOK && s.partitionsOK) {
+		obj.SetCondition(kafkav1alpha1.ConditionConsumerReady, metav1.ConditionFalse, kafkav1alpha1.ReasonWaitingForDatabase,
+			"The consumer Deployment is created once the table and its partitions are ready")
+		return nil
+	}
 
-	resources := corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("50m"),
-			corev1.ResourceMemory: resource.MustParse("64Mi"),
-		},
-		Limits: corev1.ResourceList{
-			corev1.ResourceMemory: resource.MustParse("256Mi"),
-		},
+	values, prob, err := r.readConsumerSecrets(ctx, s)
+	if err != nil {
+		return err
 	}
-	if spec.Resources != nil {
-		resources = *spec.Resources.DeepCopy()
-	}
-	probe := func(p string, period, failures int32) *corev1.Probe {
-		return &corev1.Probe{
-			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-				Path: p, Port: intstr.FromString(consumerPortName), Scheme: corev1.URISchemeHTTP,
-			}},
-			PeriodSeconds:    period,
-			TimeoutSeconds:   2,
-			FailureThreshold: failures,
+	if prob != nil {
+		// The pods would fail with CreateContainerConfigError; say why here.
+		r.consumerNotReady(ctx, s, prob.reason, prob.message, false)
+		if current == nil {
+			return nil
 		}
 	}
-
-	container := corev1.Container{
-		Name:            consumerContainer,
-		Image:           image,
-		ImagePullPolicy: spec.ImagePullPolicy,
-		Env:             env,
-		Ports: []corev1.ContainerPort{{
-			Name: consumerPortName, ContainerPort: consumerPort, Protocol: corev1.ProtocolTCP,
-		}},
-		Resources:      resources,
-		VolumeMounts:   mounts,
-		StartupProbe:   probe("/healthz", 2, 30),
-		LivenessProbe:  probe("/healthz", 10, 3),
-		ReadinessProbe: probe("/readyz", 5, 3),
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			Privileged:               ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			RunAsNonRoot:             ptr.To(true),
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	desired := BuildDeployment(obj, BuildOptions{DefaultImage: r.Options.ConsumerImage, ConfigHash: configHash(values), Autoscaled: s.autoscale})
+	if prob != nil && current != nil {
+		// Keep the pods running on the old credentials until the Secret is fixed.
+		desired.Spec.Template.Annotations[AnnotationConfigHash] = current.Spec.Template.Annotations[AnnotationConfigHash]
+		desired.Annotations[AnnotationSpecHash] = specHash(desired)
 	}
 
-	podSpec := corev1.PodSpec{
-		Containers:                    []corev1.Container{container},
-		Volumes:                       volumes,
-		ServiceAccountName:            pt.ServiceAccountName,
-		AutomountServiceAccountToken:  ptr.To(false), // the consumer never talks to the API server
-		EnableServiceLinks:            ptr.To(false),
-		TerminationGracePeriodSeconds: ptr.To(int64(45)), // the consumer's shutdown timeout is 30s
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot:   ptr.To(true),
-			RunAsUser:      ptr.To(int64(consumerUID)),
-			RunAsGroup:     ptr.To(int64(consumerUID)),
-			FSGroup:        ptr.To(int64(consumerUID)),
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		NodeSelector:              maps.Clone(pt.NodeSelector),
-		Tolerations:               slices.Clone(pt.Tolerations),
-		Affinity:                  pt.Affinity.DeepCopy(),
-		TopologySpreadConstraints: slices.Clone(pt.TopologySpreadConstraints),
-		PriorityClassName:         pt.PriorityClassName,
-		ImagePullSecrets:          slices.Clone(pt.ImagePullSecrets),
-	}
-
-	dep := &appsv1.Deployment{
-		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      DeploymentName(obj),
-			Namespace: obj.Namespace,
-			Labels:    labels,
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion:         kafkav1alpha1.GroupVersion.String(),
-				Kind:               "IdempotentConsumer",
-				Name:               obj.Name,
-				UID:                obj.UID,
-				Controller:         ptr.To(true),
-				BlockOwnerDeletion: ptr.To(true),
-			}},
-		},
-		Spec: appsv1.DeploymentSpec{
-			Replicas:             ptr.To(obj.Replicas()),
-			Selector:             &metav1.LabelSelector{MatchLabels: selector},
-			RevisionHistoryLimit: ptr.To(int32(3)),
-			Strategy: appsv1.DeploymentStrategy{
-				Type: appsv1.RollingUpdateDeploymentStrategyType,
-				RollingUpdate: &appsv1.RollingUpdateDeployment{
-					// A consumer group rebalances on every membership change;
-					// replace one pod at a time and never run above the count.
-					MaxUnavailable: ptr.To(intstr.FromInt32(1)),
-					MaxSurge:       ptr.To(intstr.FromInt32(0)),
-				},
-			},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: podAnnotations},
-				Spec:       podSpec,
-			},
-		},
-	}
-	if opts.Autoscaled {
-		dep.Spec.Replicas = nil
-	}
-	dep.Annotations = map[string]string{AnnotationSpecHash: specHash(dep)}
-	return dep
-}
-
-// specHash hashes the built Deployment's labels and spec.
-func specHash(dep *appsv1.Deployment) string {
-	b, _ := json.Marshal(struct {
-		Labels map[string]string
-		Spec   appsv1.DeploymentSpec
-	}{dep.Labels, dep.Spec})
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:12])
-}
-
-// consumerEnv is the consumer's configuration as environment variables
-// (named by consumer/envvars, the list cmd/consumer reads), with credentials
-// as Secret references, plus the volumes for TLS files. The user's extra
-// variables come last; any that would override one of ours is dropped.
-func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount) {
-	k := obj.Spec.Kafka
-	val := func(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
-	fromSecret := func(name string, ref kafkav1alpha1.SecretKeyRef) corev1.EnvVar {
-		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name},
-			Key:                  ref.Key,
-		}}}
-	}
-	env := []corev1.EnvVar{
-		val(envvars.Brokers, strings.Join(k.BootstrapServers, ",")),
-		val(envvars.Topic, k.Topic),
-		val(envvars.Group, k.GroupID),
-		val(envvars.DeadLetterTopic, obj.DeadLetterTopic()),
-		val(envvars.ClientID, obj.Namespace+"."+obj.Name),
-		fromSecret(envvars.DatabaseURL, obj.Spec.Database.URLSecretRef),
-		val(envvars.TableSchema, obj.SchemaName()),
-		val(envvars.TableName, obj.TableName()),
-		val(envvars.DedupScope, string(obj.Scope())),
-		val(envvars.BatchMaxMessages, strconv.Itoa(int(obj.BatchMaxMessages()))),
-		val(envvars.BatchMaxWait, obj.BatchMaxWait().String()),
-		val(envvars.PolicyOutsideWindow, string(obj.OutOfWindowPolicy())),
-		val(envvars.ListenAddr, ":"+strconv.Itoa(consumerPort)),
-		// The consumer sizes its prefetch and batches, and the Go runtime's
-		// memory limit, to the container's memory limit.
-		{Name: envvars.MemoryLimit, ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
-			ContainerName: consumerContainer, Resource: "limits.memory",
-		}}},
-	}
-	if o := obj.Spec.Consumer.Ordering; o != "" {
-		env = append(env, val(envvars.Ordering, string(o)))
-	}
-	if n := obj.Spec.Consumer.MaxInFlight; n != nil {
-		env = append(env, val(envvars.MaxInFlight, strconv.Itoa(int(*n))))
-	}
-
-	sink := obj.Spec.Consumer.Sink
-	switch sink.Type {
-	case kafkav1alpha1.SinkHTTP:
-		env = append(env, val(envvars.Sink, "http"))
-		if h := sink.HTTP; h != nil {
-			env = append(env, val(envvars.SinkHTTPURL, h.URL))
-			if h.Timeout != nil {
-				env = append(env, val(envvars.SinkHTTPTimeout, h.Timeout.Duration.String()))
-			}
-			if h.AuthorizationSecretRef != nil {
-				env = append(env, fromSecret(envvars.SinkHTTPAuthorization, *h.AuthorizationSecretRef))
+	// A changed template is first judged by the API server's Pod Security
+	// admission (podsecurity.go); a refused one is not applied.
+	var refused *problem
+	if current == nil || current.Annotations[AnnotationSpecHash] != desired.Annotations[AnnotationSpecHash] {
+		if refused, err = r.checkPodSecurity(ctx, desired); err != nil {
+			return err
+		} else if refused != nil {
+			r.consumerNotReady(ctx, s, refused.reason, refused.message, false)
+			if current == nil {
+				return nil
 			}
 		}
-	case kafkav1alpha1.SinkSQL:
-		env = append(env, val(envvars.Sink, "sql"))
-		if q := sink.SQL; q != nil {
-			env = append(env, val(envvars.SinkSQLStatement, q.Statement))
+	}
+
+	// Replicas are compared besides the hash: kubectl scale on the
+	// Deployment is reverted at once, unless KEDA owns the count.
+	replicasDrifted := !s.autoscale && (current == nil || current.Spec.Replicas == nil || *current.Spec.Replicas != *desired.Spec.Replicas)
+	if refused == nil && (current == nil || current.Annotations[AnnotationSpecHash] != desired.Annotations[AnnotationSpecHash] || replicasDrifted) {
+		if s.autoscale && current != nil && current.Spec.Replicas != nil && ownsReplicas(current) {
+			if err := r.handOverReplicas(ctx, current); err != nil {
+				return err
+			}
 		}
-	case kafkav1alpha1.SinkLog:
-		env = append(env, val(envvars.Sink, "log"))
+		applied, err := r.applyDeployment(ctx, desired)
+		if err != nil {
+			return err
+		}
+		if current == nil {
+			r.event(obj, corev1.EventTypeNormal, ReasonDeploymentCreated, actionApplyDeployment, fmt.Sprintf("Created consumer Deployment %s", name))
+		}
+		current = applied
+	}
+
+	s.deploymentExists = true
+	obj.Status.Replicas = current.Status.Replicas
+	obj.Status.ReadyReplicas = current.Status.ReadyReplicas
+	obj.Status.Selector = metav1.FormatLabelSelector(desired.Spec.Selector)
+	if prob == nil && refused == nil {
+		want := obj.Replicas()
+		if s.autoscale {
+			want = ptr.Deref(current.Spec.Replicas, 1)
+		}
+		r.consumerStatus(s, current, want)
+	}
+	return nil
+}
+
+// applyDeployment server-side applies the built Deployment: the fields it
+// sets are owned by the operator and drift back on the next apply; fields it
+// leaves out (set by other controllers) are left alone.
+func (r *IdempotentConsumerReconciler) applyDeployment(ctx context.Context, desired *appsv1.Deployment) (*appsv1.Deployment, error) {
+	// The builder returns a typed object for testability; an apply
+	// configuration carries only the fields it set (JSON omits the rest).
+	b, err := json.Marshal(desired)
+	if err != nil {
+		return nil, fmt.Errorf("encoding Deployment %s: %w", desired.Name, err)
+	}
+	ac := &appsv1ac.DeploymentApplyConfiguration{}
+	if err := json.Unmarshal(b, ac); err != nil {
+		return nil, fmt.Errorf("encoding Deployment %s: %w", desired.Name, err)
+	}
+	ac.Status = nil
+	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return nil, fmt.Errorf("applying Deployment %s: %w", desired.Name, err)
+	}
+	b, err = json.Marshal(ac)
+	if err != nil {
+		return nil, fmt.Errorf("decoding applied Deployment %s: %w", desired.Name, err)
+	}
+	applied := &appsv1.Deployment{}
+	if err := json.Unmarshal(b, applied); err != nil {
+		return nil, fmt.Errorf("decoding applied Deployment %s: %w", desired.Name, err)
+	}
+	return applied, nil
+}
+
+// handoverFieldOwner co-owns spec.replicas of a Deployment for the moment
+// the operator lets go of it (see handOverReplicas).
+const handoverFieldOwner = FieldOwner + "-handover"
+
+// ownsReplicas reports whether the operator's apply owns spec.replicas.
+func ownsReplicas(dep *appsv1.Deployment) bool {
+	for _, mf := range dep.ManagedFields {
+		if mf.Manager == FieldOwner && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Subresource == "" &&
+			mf.FieldsV1 != nil && strings.Contains(mf.FieldsV1.GetRawString(), `"f:replicas"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// handOverReplicas keeps the current replica count when KEDA takes over. An
+// apply that drops a field its manager alone owned deletes it (the count
+// would fall back to 1 until KEDA acts), so another field manager first
+// applies the same count; KEDA's HPA takes the field from it on its first
+// scale.
+func (r *IdempotentConsumerReconciler) handOverReplicas(ctx context.Context, current *appsv1.Deployment) error {
+	ac := appsv1ac.Deployment(current.Name, current.Namespace).
+		WithSpec(appsv1ac.DeploymentSpec().WithReplicas(*current.Spec.Replicas))
+	if err := r.Client.Apply(ctx, ac, client.FieldOwner(handoverFieldOwner)); err != nil {
+		return fmt.Errorf("handing the replica count of Deployment %s over to KEDA: %w", current.Name, err)
+	}
+	return nil
+}
+
+// consumerStatus derives ConsumerReady from the Deployment's status.
+// want is the replica count asked for: spec.consumer.replicas, or KEDA's
+// choice when it scales the consumer.
+func (r *IdempotentConsumerReconciler) consumerStatus(s *reconcileState, dep *appsv1.Deployment, want int32) {
+	obj := s.obj
+	set := func(status metav1.ConditionStatus, reason, msg string) {
+		obj.SetCondition(kafkav1alpha1.ConditionConsumerReady, status, reason, msg)
+	}
+	for _, c := range dep.Status.Conditions {
+		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded" {
+			msg := fmt.Sprintf("Deployment %s failed to roll out: %s", dep.Name, c.Message)
+			set(metav1.ConditionFalse, kafkav1alpha1.ReasonDeploymentFailed, msg)
+			s.stall(kafkav1alpha1.ReasonDeploymentFailed, msg)
+			return
+		}
+	}
+	switch {
+	case dep.Generation > dep.Status.ObservedGeneration:
+		msg := fmt.Sprintf("Deployment %s: waiting for the rollout of generation %d to start", dep.Name, dep.Generation)
+		set(metav1.ConditionFalse, kafkav1alpha1.ReasonDeploymentProgressing, msg)
+		s.wait(kafkav1alpha1.ReasonDeploymentProgressing, msg)
+	case want == 0 && dep.Status.Replicas == 0:
+		set(metav1.ConditionTrue, kafkav1alpha1.ReasonScaledToZero, fmt.Sprintf("Deployment %s is scaled to zero", dep.Name))
+		s.consumerOK = true
+	case dep.Status.UpdatedReplicas >= want && dep.Status.AvailableReplicas >= want && dep.Status.Replicas == dep.Status.UpdatedReplicas:
+		set(metav1.ConditionTrue, kafkav1alpha1.ReasonDeploymentAvailable,
+			fmt.Sprintf("Deployment %s has %d/%d replicas available", dep.Name, dep.Status.AvailableReplicas, want))
+		s.consumerOK = true
 	default:
-		env = append(env, val(envvars.Sink, "none"))
+		msg := fmt.Sprintf("Deployment %s is rolling out: %d/%d replicas updated, %d available",
+			dep.Name, dep.Status.UpdatedReplicas, want, dep.Status.AvailableReplicas)
+		set(metav1.ConditionFalse, kafkav1alpha1.ReasonDeploymentProgressing, msg)
+		s.wait(kafkav1alpha1.ReasonDeploymentProgressing, msg)
 	}
-
-	var volumes []corev1.Volume
-	var mounts []corev1.VolumeMount
-	if ref := obj.Spec.Database.CASecretRef; ref != nil {
-		// pgx reads these as sslrootcert and sslmode unless the URL sets
-		// them; the operator refuses a URL that sets either against a CA
-		// (see parsePoolConfig), so the consumer verifies as the operator does.
-		volumes = append(volumes, corev1.Volume{Name: pgCAVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName:  ref.Name,
-			Items:       []corev1.KeyToPath{{Key: ref.Key, Path: pgCAFile}},
-			DefaultMode: ptr.To(int32(0o440)),
-		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: pgCAVolume, MountPath: pgCAMountDir, ReadOnly: true})
-		env = append(env, val(envPGSSLRootCert, path.Join(pgCAMountDir, pgCAFile)), val(envPGSSLMode, "verify-full"))
-	}
-	if t := k.TLS; t != nil {
-		env = append(env, val(envvars.TLSEnabled, "true"))
-		if t.InsecureSkipVerify {
-			env = append(env, val(envvars.TLSInsecureSkipVerify, "true"))
-		}
-		file := func(envName, volName, fileName string, ref *kafkav1alpha1.SecretKeyRef) {
-			if ref == nil {
-				return
-			}
-			dir := path.Join(tlsMountDir, volName)
-			volumes = append(volumes, corev1.Volume{Name: volName, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName:  ref.Name,
-				Items:       []corev1.KeyToPath{{Key: ref.Key, Path: fileName}},
-				DefaultMode: ptr.To(int32(0o440)),
-			}}})
-			mounts = append(mounts, corev1.VolumeMount{Name: volName, MountPath: dir, ReadOnly: true})
-			env = append(env, val(envName, path.Join(dir, fileName)))
-		}
-		file(envvars.TLSCAFile, "kafka-tls-ca", "ca.crt", t.CASecretRef)
-		file(envvars.TLSCertFile, "kafka-tls-cert", "tls.crt", t.ClientCertSecretRef)
-		file(envvars.TLSKeyFile, "kafka-tls-key", "tls.key", t.ClientKeySecretRef)
-	}
-	if s := k.SASL; s != nil {
-		env = append(env,
-			val(envvars.SASLMechanism, string(s.Mechanism)),
-			fromSecret(envvars.SASLUsername, s.UsernameSecretRef),
-			fromSecret(envvars.SASLPassword, s.PasswordSecretRef),
-		)
-	}
-
-	ours := map[string]bool{envvars.DatabaseURLFallback: true}
-	for _, e := range env {
-		ours[e.Name] = true
-	}
-	for _, e := range obj.Spec.Consumer.Env {
-		if !ours[e.Name] {
-			env = append(env, *e.DeepCopy())
-		}
-	}
-	return env, volumes, mounts
-}
-
-// secretRefs lists every Secret key an object references: the database URL
-// first, then its CA, then Kafka TLS and SASL, then the HTTP sink's
-// authorization.
-func secretRefs(obj *kafkav1alpha1.IdempotentConsumer) []kafkav1alpha1.SecretKeyRef {
-	refs := []kafkav1alpha1.SecretKeyRef{obj.Spec.Database.URLSecretRef}
-	if ref := obj.Spec.Database.CASecretRef; ref != nil {
-		refs = append(refs, *ref)
-	}
-	refs = append(refs, kafkaSecretRefs(obj)...)
-	if h := obj.Spec.Consumer.Sink.HTTP; h != nil && h.AuthorizationSecretRef != nil {
-		refs = append(refs, *h.AuthorizationSecretRef)
-	}
-	return refs
-}
-
-// configHash hashes the values of the referenced Secret keys, in order.
-func configHash(values []secretValue) string {
-	h := sha256.New()
-	for _, v := range values {
-		h.Write([]byte(v.ref.Name))
-		h.Write([]byte{0})
-		h.Write([]byte(v.ref.Key))
-		h.Write([]byte{0})
-		h.Write([]byte(v.value))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:12])
 }

@@ -192,42 +192,19 @@ func nextMaintenance(now time.Time, iv dedup.Interval, lead, retention time.Dura
 	return next
 }
 
-// partitionsNotReady records a partition problem.
-func (r *IdempotentConsumerReconciler) partitionsNotReady(ctx context.Context, s *reconcileState, reason, message string, transient bool) {
-	r.notReady(ctx, s, kafkav1alpha1.ConditionPartitionsReady, "MaintainPartitions", "Partitions not ready", reason, message, transient)
-}
-
-// notReady sets condType False with the reason and a scrubbed message, asks
-// for a retry (transient) or marks the object stalled, counts the problem,
-// and emits one Warning Event and log line per change of reason, not per retry.
-func (r *IdempotentConsumerReconciler) notReady(ctx context.Context, s *reconcileState, condType, action, logMsg, reason, message string, transient bool) {
-	message = s.scrub(message)
-	changed := s.obj.SetCondition(condType, metav1.ConditionFalse, reason, message)
-	if transient {
-		s.retry(reason, message)
-	} else {
-		s.stall(reason, message)
-	}
-	observeProblem(reason)
-	if changed {
-		r.event(s.obj, corev1.EventTypeWarning, reason, action, message)
-		log.FromContext(ctx).Info(logMsg, "reason", reason, "message", message)
-	}
-}
-
 // reportPartitionChanges emits one Event per kind of change (not one per
 // partition) and logs the names.
 func (r *IdempotentConsumerReconciler) reportPartitionChanges(ctx context.Context, s *reconcileState, res dedup.Result) {
 	logger := log.FromContext(ctx)
 	if n := len(res.Created); n > 0 {
 		names := partitionNames(res.Created)
-		r.event(s.obj, corev1.EventTypeNormal, "PartitionsCreated", "MaintainPartitions",
+		r.event(s.obj, corev1.EventTypeNormal, ReasonPartitionsCreated, actionMaintainPartitions,
 			fmt.Sprintf("Created %d partition(s): %s", n, strings.Join(truncateList(names, 6), ", ")))
 		logger.Info("Created partitions", "count", n, "partitions", names)
 	}
 	if n := len(res.Dropped); n > 0 {
 		names := partitionNames(res.Dropped)
-		r.event(s.obj, corev1.EventTypeNormal, "PartitionsDropped", "MaintainPartitions",
+		r.event(s.obj, corev1.EventTypeNormal, ReasonPartitionsDropped, actionMaintainPartitions,
 			fmt.Sprintf("Dropped %d expired partition(s): %s", n, strings.Join(truncateList(names, 6), ", ")))
 		logger.Info("Dropped expired partitions", "count", n, "partitions", names)
 	}

@@ -30,12 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// ReasonPodSecurityRejected is the ConsumerReady reason when the API
-// server's Pod Security admission refuses a pod built from the consumer
-// Deployment's template (a spec.consumer.podTemplate override that breaks
-// the namespace's enforced profile, for instance).
-const ReasonPodSecurityRejected = "PodSecurityRejected"
-
 // +kubebuilder:rbac:groups="",resources=pods,verbs=create
 
 // PodFromTemplate is the pod the ReplicaSet controller would create from the

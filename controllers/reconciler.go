@@ -329,41 +329,6 @@ func mapsEqual(a, b map[string]string) bool {
 	return true
 }
 
-const secretRefIndex = "spec.secretRefs"
-
-// indexSecretRefs lists the names of the Secrets an object references.
-func indexSecretRefs(o client.Object) []string {
-	obj, ok := o.(*kafkav1alpha1.IdempotentConsumer)
-	if !ok {
-		return nil
-	}
-	seen := map[string]bool{}
-	var names []string
-	for _, ref := range secretRefs(obj) {
-		if !seen[ref.Name] {
-			seen[ref.Name] = true
-			names = append(names, ref.Name)
-		}
-	}
-	return names
-}
-
-// consumersForSecret maps a Secret event to the objects referencing it.
-func (r *IdempotentConsumerReconciler) consumersForSecret(ctx context.Context, secret client.Object) []ctrl.Request {
-	var list kafkav1alpha1.IdempotentConsumerList
-	if err := r.Client.List(ctx, &list, client.InNamespace(secret.GetNamespace()),
-		client.MatchingFields{secretRefIndex: secret.GetName()}); err != nil {
-		log.FromContext(ctx).Error(err, "Listing IdempotentConsumers for a Secret", "secret", klog.KObj(secret))
-		return nil
-	}
-	reqs := make([]ctrl.Request, 0, len(list.Items))
-	for i := range list.Items {
-		reqs = append(reqs, ctrl.Request{NamespacedName: types.NamespacedName{
-			Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}})
-	}
-	return reqs
-}
-
 // forget drops the per-object memory (backoff, metrics) of a deleted object.
 func (r *IdempotentConsumerReconciler) forget(key types.NamespacedName) {
 	if r.backoff != nil {

@@ -26,10 +26,8 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 )
@@ -191,47 +189,6 @@ func retentionMessage(dedupRetention time.Duration, kind, topic string, topicRet
 	return fmt.Sprintf("The dedup retention %s is shorter than the retention %s of the %s %q: a replay or an offset reset can process events "+
 		"older than the window again; raise spec.dedup.retention to at least %s or lower the topic's retention.ms",
 		dedupRetention, topicRetention, kind, topic, topicRetention)
-}
-
-// topicsUnknown sets both warnings to Unknown with the reason.
-func (r *IdempotentConsumerReconciler) topicsUnknown(ctx context.Context, s *reconcileState, reason, message string) {
-	r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionUnknown, reason, message)
-	r.topicWarning(ctx, s, kafkav1alpha1.ConditionReplicasWithinPartitions, metav1.ConditionUnknown, reason, message)
-}
-
-// topicWarning sets a warning condition; a change to a new reason that is not
-// True is a Warning Event and a log line, once.
-func (r *IdempotentConsumerReconciler) topicWarning(ctx context.Context, s *reconcileState, condType string, status metav1.ConditionStatus, reason, message string) {
-	r.warningCondition(ctx, s, "InspectTopics", condType, status, reason, message)
-}
-
-// warningCondition sets a warning condition (one that never changes Ready)
-// and, when it turns or stays not-True with a new reason, records a Warning
-// Event for action and logs it. The message is scrubbed of secrets.
-func (r *IdempotentConsumerReconciler) warningCondition(ctx context.Context, s *reconcileState, action, condType string, status metav1.ConditionStatus, reason, message string) {
-	message = s.scrub(message)
-	if changed := s.obj.SetCondition(condType, status, reason, message); status == metav1.ConditionTrue || !changed {
-		return
-	}
-	r.event(s.obj, corev1.EventTypeWarning, reason, action, message)
-	log.FromContext(ctx).Info("Warning condition", "condition", condType, "status", status, "reason", reason, "message", message)
-}
-
-// kafkaSecretRefs lists the Secret keys the Kafka connection needs: TLS
-// files, then SASL user and password.
-func kafkaSecretRefs(obj *kafkav1alpha1.IdempotentConsumer) []kafkav1alpha1.SecretKeyRef {
-	var refs []kafkav1alpha1.SecretKeyRef
-	if t := obj.Spec.Kafka.TLS; t != nil {
-		for _, r := range []*kafkav1alpha1.SecretKeyRef{t.CASecretRef, t.ClientCertSecretRef, t.ClientKeySecretRef} {
-			if r != nil {
-				refs = append(refs, *r)
-			}
-		}
-	}
-	if s := obj.Spec.Kafka.SASL; s != nil {
-		refs = append(refs, s.UsernameSecretRef, s.PasswordSecretRef)
-	}
-	return refs
 }
 
 // topicFingerprint identifies what an observation depends on: brokers,

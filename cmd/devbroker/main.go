@@ -23,7 +23,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/internal/devkafka"
 )
 
 func main() {
@@ -66,17 +66,18 @@ func run() error {
 		}
 		opts = append(opts, kfake.DataDir(*dataDir), kfake.SyncWrites())
 	}
-	cluster, err := kfake.NewCluster(opts...)
+	// Applied after devkafka's defaults: Ports sets the broker count.
+	broker, err := devkafka.Start(opts...)
 	if err != nil {
 		return fmt.Errorf("starting broker: %w", err)
 	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
+	defer broker.Close()
+	addrs := broker.Brokers()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, t := range specs {
-		if err := consumertest.CreateTopic(ctx, addrs, t.name, t.partitions, t.configs); err != nil {
+		if err := devkafka.CreateTopic(ctx, addrs, t.name, t.partitions, t.configs); err != nil {
 			return err
 		}
 	}

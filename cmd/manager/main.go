@@ -41,24 +41,87 @@ import (
 	"github.com/idempotency-dev/operator/controllers"
 )
 
+// config is what the command line asks for.
+type config struct {
+	metricsAddr, probeAddr, metricsCertDir  string
+	secureMetrics, enableHTTP2, leaderElect bool
+	printVersion                            bool
+	leaderElectionNamespace                 string
+	opts                                    controllers.Options
+	pool                                    controllers.PoolOptions
+	watchNamespaces                         []string
+	// consumerImageSet: --consumer-image was given.
+	consumerImageSet bool
+	zap              zap.Options
+}
+
 func main() {
-	var (
-		metricsAddr, probeAddr, metricsCertDir  string
-		secureMetrics, enableHTTP2, leaderElect bool
-		printVersion                            bool
-		leaderElectionNamespace                 string
-		opts                                    controllers.Options
-		pool                                    controllers.PoolOptions
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (HTTPS unless --metrics-secure=false); \"0\" disables it.")
-	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, to clients the API server authenticates and authorizes (get on /metrics).")
-	flag.StringVar(&metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint; empty means a self-signed certificate.")
-	flag.BoolVar(&enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics endpoint (off: HTTP/2 Rapid Reset and Stream Cancellation CVEs).")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader, so only one replica reconciles at a time.")
-	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; empty means the pod's namespace.")
+	cfg, err := parseFlags()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	build := version.Get()
-	flag.BoolVar(&printVersion, "version", false, "Print the version and exit.")
+	if cfg.printVersion {
+		fmt.Println(build)
+		return
+	}
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&cfg.zap)))
+	setupLog := ctrl.Log.WithName("setup")
+	if !cfg.consumerImageSet && !build.IsRelease() {
+		// Only release tags are published: say so rather than fail, so that
+		// objects with spec.consumer.image set (and the local demo) still work.
+		setupLog.Info("WARNING: this is not a release build, so the default consumer image is probably not published; "+
+			"pass --consumer-image or set spec.consumer.image", "version", build.Version, "consumerImage", cfg.opts.ConsumerImage)
+	}
+	metrics.Registry.MustRegister(version.NewCollector("idempotency_operator"))
+
+	mgr, err := newManager(cfg)
+	if err != nil {
+		setupLog.Error(err, "Creating the manager")
+		os.Exit(1)
+	}
+
+	stores := controllers.NewPoolCache(cfg.pool)
+	defer stores.Close()
+	if err := (&controllers.IdempotentConsumerReconciler{
+		Stores:   stores,
+		Recorder: mgr.GetEventRecorder("idempotency-operator"),
+		Options:  cfg.opts,
+	}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "Setting up the controller")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		setupLog.Error(err, "Adding the health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		setupLog.Error(err, "Adding the readiness check")
+		os.Exit(1)
+	}
+
+	setupLog.Info("Starting the manager", "version", build.Version, "revision", build.Revision, "consumerImage", cfg.opts.ConsumerImage, "leaderElect", cfg.leaderElect, "watchNamespaces", cfg.watchNamespaces)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		setupLog.Error(err, "Running the manager")
+		os.Exit(1)
+	}
+}
+
+// parseFlags parses the command line into a config. An invalid value is an
+// error (exit status 2); with --version nothing else is checked.
+func parseFlags() (*config, error) {
+	cfg := &config{zap: zap.Options{Development: false}}
+	opts := &cfg.opts
+	flag.StringVar(&cfg.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (HTTPS unless --metrics-secure=false); \"0\" disables it.")
+	flag.BoolVar(&cfg.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, to clients the API server authenticates and authorizes (get on /metrics).")
+	flag.StringVar(&cfg.metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint; empty means a self-signed certificate.")
+	flag.BoolVar(&cfg.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics endpoint (off: HTTP/2 Rapid Reset and Stream Cancellation CVEs).")
+	flag.StringVar(&cfg.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.BoolVar(&cfg.leaderElect, "leader-elect", false, "Elect a leader, so only one replica reconciles at a time.")
+	flag.StringVar(&cfg.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; empty means the pod's namespace.")
+	flag.BoolVar(&cfg.printVersion, "version", false, "Print the version and exit.")
 	flag.StringVar(&opts.ConsumerImage, "consumer-image", controllers.DefaultConsumerImage,
 		"Consumer image used when spec.consumer.image is empty; the default is the consumer released with this operator.")
 	flag.DurationVar(&opts.MaintenanceLead, "maintenance-lead", 5*time.Minute, "How long before a partition boundary maintenance runs.")
@@ -74,99 +137,61 @@ func main() {
 	var watchNamespacesFlag string
 	flag.StringVar(&watchNamespacesFlag, "watch-namespaces", "", "Comma-separated namespaces whose IdempotentConsumers (and Secrets, Deployments) the manager watches; empty means the whole cluster. Pair a list with the RBAC of config/namespaced.")
 	flag.IntVar(&maxConns, "database-max-conns", 2, "Connections per distinct database URL.")
-	zapOpts := zap.Options{Development: false}
-	zapOpts.BindFlags(flag.CommandLine)
+	cfg.zap.BindFlags(flag.CommandLine)
 	flag.Parse()
-	if printVersion {
-		fmt.Println(build)
-		return
+	if cfg.printVersion {
+		return cfg, nil
 	}
-	pool.MaxConns = int32(maxConns)
-	watchNamespaces, werr := controllers.ParseWatchNamespaces(watchNamespacesFlag)
-	if werr != nil {
-		fmt.Fprintln(os.Stderr, werr)
-		os.Exit(2)
+	cfg.pool.MaxConns = int32(maxConns)
+	var err error
+	if cfg.watchNamespaces, err = controllers.ParseWatchNamespaces(watchNamespacesFlag); err != nil {
+		return nil, err
 	}
 	if opts.TopicCheckInterval > 0 && opts.TopicCheckInterval < time.Minute {
-		fmt.Fprintf(os.Stderr, "invalid --topic-check-interval %s: want 0 (off) or at least 1m (every object asks the brokers at that rate)\n", opts.TopicCheckInterval)
-		os.Exit(2)
+		return nil, fmt.Errorf("invalid --topic-check-interval %s: want 0 (off) or at least 1m (every object asks the brokers at that rate)", opts.TopicCheckInterval)
 	}
 	if opts.TopicCheckInterval == 0 {
 		opts.TopicCheckInterval = -1 // 0 in controllers.Options means the default
 	}
+	flag.Visit(func(f *flag.Flag) { cfg.consumerImageSet = cfg.consumerImageSet || f.Name == "consumer-image" })
+	return cfg, nil
+}
 
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	setupLog := ctrl.Log.WithName("setup")
-	consumerImageSet := false
-	flag.Visit(func(f *flag.Flag) { consumerImageSet = consumerImageSet || f.Name == "consumer-image" })
-	if !consumerImageSet && !build.IsRelease() {
-		// Only release tags are published: say so rather than fail, so that
-		// objects with spec.consumer.image set (and the local demo) still work.
-		setupLog.Info("WARNING: this is not a release build, so the default consumer image is probably not published; "+
-			"pass --consumer-image or set spec.consumer.image", "version", build.Version, "consumerImage", opts.ConsumerImage)
-	}
-	metrics.Registry.MustRegister(version.NewCollector("idempotency_operator"))
-
+// newManager creates the controller manager: scheme, metrics endpoint,
+// probes, leader election and the cache and client options of the
+// controllers package.
+func newManager(cfg *config) (ctrl.Manager, error) {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(kafkav1alpha1.AddToScheme(scheme))
 
 	var tlsOpts []func(*tls.Config)
-	if !enableHTTP2 {
+	if !cfg.enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
 	metricsOpts := metricsserver.Options{
-		BindAddress:   metricsAddr,
-		SecureServing: secureMetrics,
-		CertDir:       metricsCertDir,
+		BindAddress:   cfg.metricsAddr,
+		SecureServing: cfg.secureMetrics,
+		CertDir:       cfg.metricsCertDir,
 		TLSOpts:       tlsOpts,
 	}
-	if secureMetrics {
+	if cfg.secureMetrics {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	return ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
-		HealthProbeBindAddress:  probeAddr,
-		LeaderElection:          leaderElect,
+		HealthProbeBindAddress:  cfg.probeAddr,
+		LeaderElection:          cfg.leaderElect,
 		LeaderElectionID:        "idempotency-operator.kafka.idempotency.dev",
-		LeaderElectionNamespace: leaderElectionNamespace,
+		LeaderElectionNamespace: cfg.leaderElectionNamespace,
 		// The new leader starts at once when the old one exits cleanly.
 		LeaderElectionReleaseOnCancel: true,
 		// Only our Deployments are cached; Secrets are watched as metadata
 		// and read on demand, never cached whole; with --watch-namespaces
 		// every watch stays inside those namespaces.
-		Cache:  controllers.CacheOptions(watchNamespaces),
+		Cache:  controllers.CacheOptions(cfg.watchNamespaces),
 		Client: controllers.ClientOptions(),
 	})
-	if err != nil {
-		setupLog.Error(err, "Creating the manager")
-		os.Exit(1)
-	}
-
-	stores := controllers.NewPoolCache(pool)
-	defer stores.Close()
-	if err := (&controllers.IdempotentConsumerReconciler{
-		Stores:   stores,
-		Recorder: mgr.GetEventRecorder("idempotency-operator"),
-		Options:  opts,
-	}).SetupWithManager(mgr); err != nil {
-		setupLog.Error(err, "Setting up the controller")
-		os.Exit(1)
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		setupLog.Error(err, "Adding the health check")
-		os.Exit(1)
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		setupLog.Error(err, "Adding the readiness check")
-		os.Exit(1)
-	}
-
-	setupLog.Info("Starting the manager", "version", build.Version, "revision", build.Revision, "consumerImage", opts.ConsumerImage, "leaderElect", leaderElect, "watchNamespaces", watchNamespaces)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		setupLog.Error(err, "Running the manager")
-		os.Exit(1)
-	}
 }

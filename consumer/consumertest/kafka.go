@@ -2,39 +2,35 @@ package consumertest
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/idempotency-dev/operator/internal/devkafka"
 )
 
 // Kafka is an in-process Kafka-protocol cluster (franz-go's kfake) that
-// segmentio/kafka-go clients talk to over real TCP on loopback.
+// segmentio/kafka-go clients talk to over real TCP on loopback. The broker
+// itself is internal/devkafka's (which cmd/devbroker uses too); Kafka adds
+// the helpers that fail a test.
 type Kafka struct {
-	cluster *kfake.Cluster
+	*devkafka.Broker
 }
 
 // KafkaOptions returns the cluster options the harness uses by default: one
 // broker, group session timeouts down to 100ms so tests can rebalance quickly.
 // Extra options passed to StartKafka are applied after these.
-func KafkaOptions() []kfake.Opt {
-	return []kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
-	}
-}
+func KafkaOptions() []kfake.Opt { return devkafka.Options() }
 
 // StartKafka starts a cluster; Close stops it.
 func StartKafka(opts ...kfake.Opt) (*Kafka, error) {
-	c, err := kfake.NewCluster(append(KafkaOptions(), opts...)...)
+	b, err := devkafka.Start(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("starting kfake cluster: %w", err)
+		return nil, err
 	}
-	return &Kafka{cluster: c}, nil
+	return &Kafka{Broker: b}, nil
 }
 
 // NewKafka starts a cluster for the test and closes it when the test ends.
@@ -48,21 +44,6 @@ func NewKafka(tb testing.TB, opts ...kfake.Opt) *Kafka {
 	return k
 }
 
-// Cluster exposes the underlying kfake cluster, for fault injection.
-func (k *Kafka) Cluster() *kfake.Cluster { return k.cluster }
-
-// Brokers returns the bootstrap addresses (host:port).
-func (k *Kafka) Brokers() []string { return k.cluster.ListenAddrs() }
-
-// Close stops the cluster.
-func (k *Kafka) Close() { k.cluster.Close() }
-
-// CreateTopic creates a topic with the given partition count, optionally with
-// topic configs such as retention.ms.
-func (k *Kafka) CreateTopic(ctx context.Context, topic string, partitions int, configs map[string]string) error {
-	return CreateTopic(ctx, k.Brokers(), topic, partitions, configs)
-}
-
 // MustCreateTopic is CreateTopic that fails the test on error.
 func (k *Kafka) MustCreateTopic(tb testing.TB, topic string, partitions int) {
 	tb.Helper()
@@ -72,10 +53,6 @@ func (k *Kafka) MustCreateTopic(tb testing.TB, topic string, partitions int) {
 		tb.Fatalf("consumertest: %v", err)
 	}
 }
-
-// Writer returns a kafka-go writer tuned for tests: synchronous, acks=all,
-// no batching delay (the default 1s BatchTimeout makes synchronous writes crawl).
-func (k *Kafka) Writer(topic string) *kafka.Writer { return NewWriter(k.Brokers(), topic) }
 
 // Produce writes messages synchronously, failing the test on error.
 func (k *Kafka) Produce(tb testing.TB, topic string, msgs ...kafka.Message) {
@@ -92,133 +69,33 @@ func (k *Kafka) Produce(tb testing.TB, topic string, msgs ...kafka.Message) {
 // NewWriter returns a synchronous acks=all kafka-go writer without batching delay.
 // Messages that name a Partition go to it; others are hashed by key.
 func NewWriter(brokers []string, topic string) *kafka.Writer {
-	return &kafka.Writer{
-		Addr:         kafka.TCP(brokers...),
-		Topic:        topic,
-		Balancer:     &explicitOrHash{},
-		RequiredAcks: kafka.RequireAll,
-		BatchTimeout: time.Millisecond,
-		BatchSize:    1000,
-		MaxAttempts:  10,
-	}
-}
-
-// explicitOrHash sends a message to its Partition field when set (> 0, or 0
-// with no key), else hashes the key like Kafka's default partitioner.
-type explicitOrHash struct{ hash kafka.Hash }
-
-func (b *explicitOrHash) Balance(msg kafka.Message, partitions ...int) int {
-	if msg.Key == nil {
-		for _, p := range partitions {
-			if p == msg.Partition {
-				return p
-			}
-		}
-	}
-	return b.hash.Balance(msg, partitions...)
+	return devkafka.NewWriter(brokers, topic)
 }
 
 // CreateTopic creates a topic through the Kafka admin API; an existing topic
 // with the same name is not an error.
 func CreateTopic(ctx context.Context, brokers []string, topic string, partitions int, configs map[string]string) error {
-	if len(brokers) == 0 {
-		return errors.New("creating topic: no brokers")
-	}
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 30 * time.Second}
-	tc := kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}
-	for k, v := range configs {
-		tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
-	}
-	resp, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{tc}})
-	if err != nil {
-		return fmt.Errorf("creating topic %q: %w", topic, err)
-	}
-	if err := resp.Errors[topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
-		return fmt.Errorf("creating topic %q: %w", topic, err)
-	}
-	return nil
+	return devkafka.CreateTopic(ctx, brokers, topic, partitions, configs)
 }
 
 // WaitForBroker waits until a TCP connection to addr succeeds.
-func WaitForBroker(ctx context.Context, addr string) error {
-	for {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			return c.Close()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for broker %s: %w", addr, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
+func WaitForBroker(ctx context.Context, addr string) error { return devkafka.WaitForBroker(ctx, addr) }
 
 // EndOffsets returns the end offset (the offset the next record will get) of
 // partitions 0..partitions-1 of topic.
 func EndOffsets(ctx context.Context, brokers []string, topic string, partitions int) (map[int]int64, error) {
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
-	req := make([]kafka.OffsetRequest, partitions)
-	for i := range req {
-		req[i] = kafka.LastOffsetOf(i)
-	}
-	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}})
-	if err != nil {
-		return nil, fmt.Errorf("listing end offsets of %s: %w", topic, err)
-	}
-	out := map[int]int64{}
-	for _, p := range resp.Topics[topic] {
-		if p.Error != nil {
-			return nil, fmt.Errorf("listing end offsets of %s/%d: %w", topic, p.Partition, p.Error)
-		}
-		out[p.Partition] = p.LastOffset
-	}
-	return out, nil
+	return devkafka.EndOffsets(ctx, brokers, topic, partitions)
 }
 
 // CommittedOffsets returns the group's committed offset for partitions
 // 0..partitions-1 of topic; -1 where the group has committed none.
 func CommittedOffsets(ctx context.Context, brokers []string, group, topic string, partitions int) (map[int]int64, error) {
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
-	parts := make([]int, partitions)
-	for i := range parts {
-		parts[i] = i
-	}
-	resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
-	if err != nil {
-		return nil, fmt.Errorf("fetching offsets of group %s: %w", group, err)
-	}
-	if resp.Error != nil {
-		return nil, fmt.Errorf("fetching offsets of group %s: %w", group, resp.Error)
-	}
-	out := map[int]int64{}
-	for _, p := range resp.Topics[topic] {
-		if p.Error != nil {
-			return nil, fmt.Errorf("fetching offsets of group %s for %s/%d: %w", group, topic, p.Partition, p.Error)
-		}
-		out[p.Partition] = p.CommittedOffset
-	}
-	return out, nil
+	return devkafka.CommittedOffsets(ctx, brokers, group, topic, partitions)
 }
 
 // GroupLag is the sum over partitions 0..partitions-1 of topic of the end
 // offset minus the group's committed offset (a partition without a commit
 // counts from 0).
 func GroupLag(ctx context.Context, brokers []string, group, topic string, partitions int) (int64, error) {
-	ends, err := EndOffsets(ctx, brokers, topic, partitions)
-	if err != nil {
-		return 0, err
-	}
-	committed, err := CommittedOffsets(ctx, brokers, group, topic, partitions)
-	if err != nil {
-		return 0, err
-	}
-	var lag int64
-	for p, end := range ends {
-		if d := end - max(committed[p], 0); d > 0 {
-			lag += d
-		}
-	}
-	return lag, nil
+	return devkafka.GroupLag(ctx, brokers, group, topic, partitions)
 }

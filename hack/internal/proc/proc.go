@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/internal/syncbuf"
 )
 
 // Process is a running child program.
@@ -29,7 +29,7 @@ type Process struct {
 	cmd    *exec.Cmd
 	done   chan struct{}
 	err    error
-	stdout consumertest.SyncBuffer
+	stdout syncbuf.Buffer
 }
 
 // Options for Start.

@@ -1,0 +1,137 @@
+/*
+Copyright 2026 The idempotency-dev authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The status the operator writes.
+
+// IdempotentConsumerStatus is what the operator observed on its last
+// reconcile.
+type IdempotentConsumerStatus struct {
+	// observedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready (the summary), DatabaseReady, PartitionsReady,
+	// ConsumerReady, the kstatus conventions Reconciling and Stalled, and the
+	// warnings TopicRetentionCovered, ReplicasWithinPartitions and
+	// AutoscalingReady, which do not affect Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// table is the qualified name of the processed_event table.
+	// +optional
+	Table string `json:"table,omitempty"`
+
+	// window is the dedup window the partitions cover now.
+	// +optional
+	Window *DedupWindow `json:"window,omitempty"`
+
+	// partitions summarises the table's partitions.
+	// +optional
+	Partitions *PartitionsStatus `json:"partitions,omitempty"`
+
+	// lastMaintenanceTime is when partition maintenance last ran on schedule
+	// or last created or dropped a partition.
+	// +optional
+	LastMaintenanceTime *metav1.Time `json:"lastMaintenanceTime,omitempty"`
+
+	// nextMaintenanceTime is when the operator will next maintain the
+	// partitions: the next partition boundary or expiry, minus a lead time.
+	// +optional
+	NextMaintenanceTime *metav1.Time `json:"nextMaintenanceTime,omitempty"`
+
+	// deploymentName is the consumer Deployment.
+	// +optional
+	DeploymentName string `json:"deploymentName,omitempty"`
+
+	// replicas is the consumer Deployment's current replica count (for the
+	// scale subresource).
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// readyReplicas is the consumer Deployment's ready replica count.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// selector is the consumer pods' label selector (for the scale subresource).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// topic is what the operator last read from the brokers about
+	// spec.kafka.topic and the dead-letter topic (re-read every few minutes at
+	// most, on the reconciles that happen anyway).
+	// +optional
+	Topic *TopicStatus `json:"topic,omitempty"`
+
+	// scaledObjectName is the KEDA ScaledObject the operator created for
+	// spec.autoscaling, if any.
+	// +optional
+	ScaledObjectName string `json:"scaledObjectName,omitempty"`
+}
+
+// TopicStatus is what the brokers said about the topics.
+type TopicStatus struct {
+	// partitions of spec.kafka.topic.
+	// +optional
+	Partitions int32 `json:"partitions,omitempty"`
+
+	// retention of spec.kafka.topic: its retention.ms as a duration, or
+	// "Infinite" (retention.ms -1, or a compacted topic).
+	// +optional
+	Retention string `json:"retention,omitempty"`
+
+	// deadLetterRetention is the same for the dead-letter topic; empty when
+	// that topic does not exist yet.
+	// +optional
+	DeadLetterRetention string `json:"deadLetterRetention,omitempty"`
+
+	// observedTime is when the brokers last answered.
+	// +optional
+	ObservedTime *metav1.Time `json:"observedTime,omitempty"`
+}
+
+// DedupWindow is the range of event times the partitions cover: [from, to).
+type DedupWindow struct {
+	// from is the lower bound of the oldest partition.
+	From metav1.Time `json:"from"`
+	// to is the upper bound of the newest partition.
+	To metav1.Time `json:"to"`
+	// summary is "from/to" as an ISO 8601 interval, for display.
+	// +optional
+	Summary string `json:"summary,omitempty"`
+}
+
+// PartitionsStatus summarises the table's partitions.
+type PartitionsStatus struct {
+	// count of partitions attached to the table.
+	Count int32 `json:"count"`
+	// ahead is how many partitions lie wholly in the future: the margin left
+	// if maintenance stopped now.
+	Ahead int32 `json:"ahead"`
+	// oldest partition's name.
+	// +optional
+	Oldest string `json:"oldest,omitempty"`
+	// newest partition's name.
+	// +optional
+	Newest string `json:"newest,omitempty"`
+}
