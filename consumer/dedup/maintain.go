@@ -57,6 +57,9 @@ func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, po
 		// Adopted by another object since this Engine's EnsureTable.
 		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
 	}
+	if policy, err = e.sharedPolicy(ctx, conn, st, policy); err != nil { // registry.go: a shared table's longest retention and largest premake
+		return err
+	}
 	plan := policy.Plan(now, e.table.Name, st.Partitions)
 	orphans := make(map[string]bool)
 	for _, o := range st.Orphans {
