@@ -24,6 +24,9 @@ func (e *Engine) EnsureTable(ctx context.Context, owner string) error {
 		err = e.ensurePositions(ctx) // positions.go; added to tables of older versions too
 	}
 	if err == nil {
+		err = e.ensureClaim(ctx) // claim.go; installed or upgraded on every ensure
+	}
+	if err == nil {
 		e.setOwner(owner)
 	}
 	return err

@@ -109,6 +109,8 @@ func alterKeyword(kind string) string {
 		return "FOREIGN TABLE"
 	case "type", "composite type":
 		return "TYPE"
+	case "function":
+		return "FUNCTION"
 	}
 	return "TABLE"
 }
