@@ -65,9 +65,9 @@ func sharedTable(obj *kafkav1alpha1.IdempotentConsumer) bool {
 	return obj.Sharing() == kafkav1alpha1.SharingShared
 }
 
-// tableOwner is the owner the table's markers name for obj: its UID, or
+// markerOwner is the owner the table's markers name for obj: its UID, or
 // for a shared table the shared table's own name.
-func tableOwner(obj *kafkav1alpha1.IdempotentConsumer) string {
+func markerOwner(obj *kafkav1alpha1.IdempotentConsumer) string {
 	if sharedTable(obj) {
 		return dedup.SharedOwner(tableOf(obj))
 	}
@@ -81,7 +81,7 @@ func tableOwner(obj *kafkav1alpha1.IdempotentConsumer) string {
 // shared table, in one transaction (the adoption's).
 func (r *IdempotentConsumerReconciler) ensureSharedTable(ctx, dctx context.Context, s *reconcileState, store TableStore) error {
 	obj := s.obj
-	shared, uid := tableOwner(obj), string(obj.UID)
+	shared, uid := markerOwner(obj), string(obj.UID)
 	err := store.EnsureTable(dctx, shared)
 	var own *dedup.OwnershipError
 	if !errors.As(err, &own) || own.Owner != uid {
