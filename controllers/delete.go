@@ -39,7 +39,7 @@ import (
 // reconcileFinalizer keeps the finalizer in step with deletionPolicy: only
 // Delete needs cleanup, so only Delete holds the object on deletion.
 func (r *IdempotentConsumerReconciler) reconcileFinalizer(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer) error {
-	want := obj.DeletionPolicy() == kafkav1alpha1.DeletionDelete
+	want := obj.DeletionPolicy() == kafkav1alpha1.DeletionDelete || sharedTable(obj) // a shared table's user must unregister
 	if want == controllerutil.ContainsFinalizer(obj, Finalizer) {
 		return nil
 	}
@@ -70,7 +70,7 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 		r.forget(key)
 		return ctrl.Result{}, nil
 	}
-	if obj.DeletionPolicy() != kafkav1alpha1.DeletionDelete {
+	if obj.DeletionPolicy() != kafkav1alpha1.DeletionDelete && !sharedTable(obj) {
 		r.event(obj, corev1.EventTypeNormal, ReasonTableRetained, actionDelete,
 			fmt.Sprintf("deletionPolicy is Retain: table %s is kept", tableOf(obj)))
 		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
@@ -113,6 +113,13 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 		r.event(obj, corev1.EventTypeWarning, ReasonTableKept, actionDelete, msg)
 		log.FromContext(ctx).Info("Table kept: a Secret it needs is gone", "table", table.String(), "reason", prob.reason)
 		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
+	}
+	if prob == nil && sharedTable(obj) {
+		if err = r.leaveSharedTable(ctx, obj, db, table); err == nil { // sharing.go
+			return ctrl.Result{}, r.removeFinalizer(ctx, obj)
+		}
+		reason, _ := classifyDatabaseError(err)
+		prob = &problem{reason, describeDatabaseError(reason, err)}
 	}
 	if prob == nil {
 		err = r.dropTable(ctx, obj, db, table)

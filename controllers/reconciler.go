@@ -192,10 +192,12 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 	}
 	for _, phase := range []func(context.Context, *reconcileState) error{
 		r.reconcileDatabase,
+		r.reconcileSharing, // sharing.go
 		r.reconcilePartitions,
+		r.reconcileApplicationSecret, // appsecret.go
 		r.decideAutoscaling,
 		r.reconcileTopics,
-		r.reconcileDeployment,
+		r.reconcileWorkload, // tableonly.go: the Deployment, or none without spec.consumer
 		r.reconcileAutoscaling,
 	} {
 		if err := phase(ctx, s); err != nil {
@@ -220,6 +222,8 @@ type reconcileState struct {
 	progressing  *problem // a wait that is neither (rollout in progress)
 	partitionsOK bool
 	consumerOK   bool
+	// shared is a shared table's effective policy, registered this reconcile.
+	shared *sharedPolicy
 
 	// secretValues are the Secret keys read this reconcile.
 	secretValues map[kafkav1alpha1.SecretKeyRef]secretValue
@@ -296,6 +300,9 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		For(&kafkav1alpha1.IdempotentConsumer{}, builder.WithPredicates(specOrDeletionChanged())).
 		Owns(&appsv1.Deployment{}).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.consumersForSecret)).
+		// The application Secrets (appsecret.go): one deleted or edited is put back.
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),
+			&kafkav1alpha1.IdempotentConsumer{}, handler.OnlyControllerOwner())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
 		Complete(r)
 }
