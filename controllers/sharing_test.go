@@ -54,6 +54,33 @@ func TestTableOnlyAndSharedTables(t *testing.T) {
 	t.Run("SharedTable", func(t *testing.T) { testSharedTable(t, te) })
 	t.Run("ExclusiveBecomesShared", func(t *testing.T) { testExclusiveBecomesShared(t, te) })
 	t.Run("GroupIDImmutable", func(t *testing.T) { testGroupIDImmutable(t, te) })
+	t.Run("SamplesBecomeReady", func(t *testing.T) { testNewSamplesBecomeReady(t, te) })
+}
+
+// testNewSamplesBecomeReady: the table-only sample and the shared pair of
+// config/samples become Ready as they are.
+func testNewSamplesBecomeReady(t *testing.T, te *testEnv) {
+	ns := te.namespace(t)
+	te.secret(t, ns, "orders-db", map[string]string{"url": consumertest.DatabaseURL(t)})
+	shared := consumertest.DatabaseURL(t)
+	te.secret(t, ns, "notifications-db", map[string]string{"url": shared})
+	te.secret(t, ns, "notifications-sms", map[string]string{"authorization": "Bearer " + randSuffix()})
+	for _, f := range []string{
+		"kafka_v1alpha1_idempotentconsumer_orders_tableonly.yaml",
+		"kafka_v1alpha1_idempotentconsumer_notifications_email.yaml",
+		"kafka_v1alpha1_idempotentconsumer_notifications_sms.yaml",
+	} {
+		obj := loadSample(t, f)
+		obj.Namespace = ns
+		te.create(t, obj)
+		te.waitReady(t, ns, obj.Name)
+	}
+	te.poke(t, ns, "notifications-email")
+	eventually(t, 30*time.Second, "notifications-email to list both users", func() (bool, string) {
+		got := te.get(t, ns, "notifications-email")
+		st := got.Status.SharedTable
+		return st != nil && len(st.Users) == 2 && st.EffectiveRetention == (336*time.Hour).String(), fmt.Sprintf("%+v", st)
+	})
 }
 
 func tableOnly(o *kafkav1alpha1.IdempotentConsumer) { o.Spec.Consumer = kafkav1alpha1.ConsumerSpec{} }
