@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -103,6 +104,22 @@ func (r *IdempotentConsumerReconciler) reconcileApplicationSecret(ctx context.Co
 		log.FromContext(ctx).Info("Created the application Secret", "secret", name)
 	case err != nil:
 		return fmt.Errorf("reading Secret %s: %w", name, err)
+	case !metav1.IsControlledBy(current, obj) && predecessorsSecret(current, obj):
+		// Left by this object's predecessor (same name, deleted, so a new
+		// UID): the garbage collector may not have removed it yet. Take it
+		// over rather than wait.
+		current.OwnerReferences = slices.DeleteFunc(current.OwnerReferences, func(ref metav1.OwnerReference) bool {
+			return ref.Controller != nil && *ref.Controller
+		})
+		if err := controllerutil.SetControllerReference(obj, current, r.Client.Scheme()); err != nil {
+			return fmt.Errorf("owning Secret %s: %w", name, err)
+		}
+		current.Data = want
+		maps.Copy(current.Labels, labels)
+		if err := r.Client.Update(ctx, current); err != nil {
+			return fmt.Errorf("taking over Secret %s: %w", name, err)
+		}
+		log.FromContext(ctx).Info("Took over the application Secret of this object's predecessor", "secret", name)
 	case !metav1.IsControlledBy(current, obj):
 		obj.Status.ApplicationSecretName = ""
 		msg := fmt.Sprintf("Secret %q exists and is not controlled by this object, so the operator cannot publish how to use table %s in it; rename or delete that Secret",
@@ -127,6 +144,17 @@ func (r *IdempotentConsumerReconciler) reconcileApplicationSecret(ctx context.Co
 	}
 	obj.Status.ApplicationSecretName = name
 	return nil
+}
+
+// predecessorsSecret reports whether sec is the application Secret of an
+// earlier IdempotentConsumer with obj's name: labelled as one, controlled by
+// an object of this kind and name with another UID. Names are unique in a
+// namespace, so that object is gone.
+func predecessorsSecret(sec *corev1.Secret, obj *kafkav1alpha1.IdempotentConsumer) bool {
+	ref := metav1.GetControllerOf(sec)
+	return ref != nil && sec.Labels[LabelApplicationSecret] == "true" &&
+		ref.Kind == "IdempotentConsumer" && ref.APIVersion == kafkav1alpha1.GroupVersion.String() &&
+		ref.Name == obj.Name && ref.UID != obj.UID
 }
 
 func labelsInclude(have, want map[string]string) bool {

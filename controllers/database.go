@@ -81,7 +81,7 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 	s.store = store
 	s.databaseOK = true
 	obj.SetCondition(kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionTrue, kafkav1alpha1.ReasonDatabaseReady,
-		fmt.Sprintf("Table %s exists and carries this object's ownership marker", table))
+		tableReadyMessage(obj, table)) // sharing.go
 	r.reportDurability(ctx, dctx, s, store)
 	return nil
 }

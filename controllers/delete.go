@@ -141,6 +141,9 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 
 	// Could not drop: say why and try again later.
 	msg := s.scrub(fmt.Sprintf("Waiting to drop table %s before deletion completes (set deletionPolicy to Retain to skip): %s", table, prob.message))
+	if sharedTable(obj) {
+		msg = s.scrub(sharedDeleteWait(table, obj, prob.message))
+	}
 	obj.SetCondition(kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, prob.reason, s.scrub(prob.message))
 	startedWaiting := obj.SetCondition(kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonDeleting, msg)
 	obj.SetCondition(kafkav1alpha1.ConditionReconciling, metav1.ConditionTrue, kafkav1alpha1.ReasonDeleting, msg)

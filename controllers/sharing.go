@@ -229,3 +229,19 @@ func (r *IdempotentConsumerReconciler) leaveSharedTable(ctx context.Context, obj
 	}
 	return nil
 }
+
+// sharedDeleteWait is Ready's message while a deleted user of a shared table
+// cannot reach the database to unregister. deletionPolicy Retain does not
+// release it: the registration must go, or it keeps counting.
+func sharedDeleteWait(table dedup.Table, obj *kafkav1alpha1.IdempotentConsumer, cause string) string {
+	return fmt.Sprintf("Waiting to unregister from shared table %s before deletion completes (to give up, delete its row from %s.%s, user_id %s, and remove the finalizer): %s",
+		table, table.WithDefaults().Schema, dedup.UsersTableName(table), obj.UID, cause)
+}
+
+// tableReadyMessage is DatabaseReady's message when the table is ready.
+func tableReadyMessage(obj *kafkav1alpha1.IdempotentConsumer, table dedup.Table) string {
+	if sharedTable(obj) {
+		return fmt.Sprintf("Table %s exists, is shared, and this object is registered on it with consumer group %q", table, obj.Spec.Kafka.GroupID)
+	}
+	return fmt.Sprintf("Table %s exists and carries this object's ownership marker", table)
+}

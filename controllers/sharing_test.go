@@ -193,6 +193,25 @@ func testTableOnly(t *testing.T, te *testEnv) {
 		return err == nil && s.UID != sec.UID, fmt.Sprintf("get: %v", err)
 	})
 
+	t.Run("a re-created object takes over its predecessor's Secret", func(t *testing.T) {
+		old := te.get(t, ns, "orders")
+		if err := te.c.Delete(context.Background(), old); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "orders to be gone", func() (bool, string) {
+			err := te.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "orders"}, &kafkav1alpha1.IdempotentConsumer{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
+		})
+		// envtest runs no garbage collector: the old Secret stays, as it
+		// may for a while in a cluster.
+		te.create(t, newConsumer(ns, "orders", tableOnly, withTable("orders_event"), func(o *kafkav1alpha1.IdempotentConsumer) {
+			o.Spec.Database.AdoptFromUID = string(old.UID)
+		}))
+		got := te.waitReady(t, ns, "orders")
+		if sec := te.appSecret(t, ns, "orders"); !metav1.IsControlledBy(sec, got) || len(sec.OwnerReferences) != 1 {
+			t.Errorf("the application Secret's owners after re-creation: %+v", sec.OwnerReferences)
+		}
+	})
 	t.Run("autoscaling without a consumer is refused", func(t *testing.T) {
 		obj := newConsumer(ns, "scaled", tableOnly)
 		obj.Spec.Autoscaling = &kafkav1alpha1.AutoscalingSpec{Enabled: true, MaxReplicas: 3}
