@@ -14,7 +14,7 @@ ARG VERSION=dev
 ARG REVISION=
 WORKDIR /workspace
 COPY go.mod go.sum ./
-# go.mod replaces segmentio/kafka-go with the patched copy in third_party/.
+# go.mod replaces segmentio/kafka-go and twmb/franz-go/pkg/kfake with the patched copies in third_party/.
 COPY third_party/ third_party/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY api/ api/

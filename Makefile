@@ -103,8 +103,13 @@ test: fmt vet verify-tidy verify-generated lint-workflows ## Run all tests: unit
 	@assets="$$(hack/envtest.sh)"; \
 	echo "test: KUBEBUILDER_ASSETS=$$assets"; \
 	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -race ./consumer/...; \
-	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v '^github.com/idempotency-dev/operator/consumer'); \
+	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e '^github.com/idempotency-dev/operator/consumer' -e '^github.com/idempotency-dev/operator/examples/'); \
 	cd third_party/kafka-go && go test $(GO_TEST_FLAGS) -race -run 'TestReadCommitted' . # the patch's tests (PATCH.md)
+	@$(MAKE) --no-print-directory test-examples
+
+.PHONY: test-examples
+test-examples: ## Run the examples in examples/ against PostgreSQL and the broker (needs Node.js 20 and npm; npm ci from the lock files).
+	go test $(GO_TEST_FLAGS) ./examples/...
 
 .PHONY: bench
 bench: ## Run the benchmarks; each prints ratios against a baseline measured in the same run.

@@ -134,3 +134,10 @@ tool sigs.k8s.io/controller-tools/cmd/controller-gen
 // ReadCommitted and hands out transaction markers as messages
 // (segmentio/kafka-go#1332); third_party/kafka-go/PATCH.md has the fix.
 replace github.com/segmentio/kafka-go => ./third_party/kafka-go
+
+// kfake (the Kafka-protocol broker of the tests, make chaos and make demo)
+// leaves out a fetch response's aborted transactions when the response
+// reaches the request's MaxBytes, and recovers from a crash without writing
+// the abort markers of the transactions it cut; third_party/kfake/PATCH.md
+// has the fix.
+replace github.com/twmb/franz-go/pkg/kfake => ./third_party/kfake

@@ -26,7 +26,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
-	"github.com/idempotency-dev/operator/controllers"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // TestNamespacedOverlay checks that the flag and the RBAC of
@@ -84,8 +84,8 @@ func TestNetworkPolicies(t *testing.T) {
 		t.Errorf("allow-metrics-traffic: %+v", metrics.Spec.Ingress)
 	}
 	egress := typed(t, find(build(t, "network-policy/consumer-egress"), "NetworkPolicy", "idempotent-consumer-egress"), &networkingv1.NetworkPolicy{})
-	want := controllers.SelectorLabels(&kafkav1alpha1.IdempotentConsumer{})[controllers.LabelName]
-	if egress.Spec.PodSelector.MatchLabels[controllers.LabelName] != want ||
+	want := objects.SelectorLabels(&kafkav1alpha1.IdempotentConsumer{})[objects.LabelName]
+	if egress.Spec.PodSelector.MatchLabels[objects.LabelName] != want ||
 		!slices.Equal(egress.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}) {
 		t.Errorf("idempotent-consumer-egress: selector %v, policy types %v", egress.Spec.PodSelector.MatchLabels, egress.Spec.PolicyTypes)
 	}

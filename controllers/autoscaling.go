@@ -18,13 +18,7 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"maps"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -38,14 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
-	"github.com/idempotency-dev/operator/consumer/envvars"
-)
-
-// KEDA's kinds, used as unstructured objects: the operator does not depend on
-// KEDA's Go module, and KEDA need not be installed.
-var (
-	ScaledObjectGVK          = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}
-	TriggerAuthenticationGVK = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "TriggerAuthentication"}
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects;triggerauthentications,verbs=get;create;patch;delete
@@ -68,7 +55,7 @@ func (r *IdempotentConsumerReconciler) kedaInstalled(now time.Time) (bool, error
 	if d.installed || (!d.checked.IsZero() && !now.Before(d.checked) && now.Sub(d.checked) < r.Options.TopicRefresh) {
 		return d.installed, nil
 	}
-	_, err := r.Client.RESTMapper().RESTMapping(ScaledObjectGVK.GroupKind(), ScaledObjectGVK.Version)
+	_, err := r.Client.RESTMapper().RESTMapping(objects.ScaledObjectGVK.GroupKind(), objects.ScaledObjectGVK.Version)
 	switch {
 	case err == nil:
 		d.installed = true
@@ -87,10 +74,6 @@ func (r *IdempotentConsumerReconciler) kedaGone(now time.Time) {
 	defer r.keda.mu.Unlock()
 	r.keda.installed, r.keda.checked = false, now
 }
-
-// ScaledObjectName is the name of the ScaledObject (and TriggerAuthentication)
-// of an object: the Deployment's name.
-func ScaledObjectName(obj *kafkav1alpha1.IdempotentConsumer) string { return DeploymentName(obj) }
 
 // decideAutoscaling settles, before the Deployment is built, whether KEDA
 // owns the replica count this reconcile: spec.autoscaling is enabled, KEDA
@@ -112,7 +95,7 @@ func (r *IdempotentConsumerReconciler) decideAutoscaling(ctx context.Context, s 
 				"Until then the consumer runs spec.consumer.replicas (%d)", obj.Replicas()))
 		return nil
 	}
-	current, err := r.getKEDAObject(ctx, ScaledObjectGVK, obj.Namespace, ScaledObjectName(obj))
+	current, err := r.getKEDAObject(ctx, objects.ScaledObjectGVK, obj.Namespace, objects.ScaledObjectName(obj))
 	if err != nil {
 		return err
 	}
@@ -143,9 +126,9 @@ func (r *IdempotentConsumerReconciler) reconcileAutoscaling(ctx context.Context,
 			"The ScaledObject is created once the consumer Deployment exists")
 		return nil
 	}
-	desired := BuildScaledObject(obj, s.topicPartitions)
-	unchanged := s.scaledObject != nil && s.scaledObject.GetAnnotations()[AnnotationSpecHash] == desired.GetAnnotations()[AnnotationSpecHash]
-	for _, u := range []*unstructured.Unstructured{BuildTriggerAuthentication(obj), desired} {
+	desired := objects.ScaledObject(obj, s.topicPartitions)
+	unchanged := s.scaledObject != nil && s.scaledObject.GetAnnotations()[objects.AnnotationSpecHash] == desired.GetAnnotations()[objects.AnnotationSpecHash]
+	for _, u := range []*unstructured.Unstructured{objects.TriggerAuthentication(obj), desired} {
 		if u == nil || unchanged {
 			continue
 		}
@@ -160,16 +143,16 @@ func (r *IdempotentConsumerReconciler) reconcileAutoscaling(ctx context.Context,
 			return fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
 	}
-	if !unchanged && BuildTriggerAuthentication(obj) == nil {
-		if err := r.deleteKEDAObject(ctx, obj, TriggerAuthenticationGVK, ScaledObjectName(obj)); err != nil {
+	if !unchanged && objects.TriggerAuthentication(obj) == nil {
+		if err := r.deleteKEDAObject(ctx, obj, objects.TriggerAuthenticationGVK, objects.ScaledObjectName(obj)); err != nil {
 			return err
 		}
 	}
-	obj.Status.ScaledObjectName = ScaledObjectName(obj)
+	obj.Status.ScaledObjectName = objects.ScaledObjectName(obj)
 
-	lo, hi := scaledObjectBounds(obj, s.topicPartitions)
+	lo, hi := objects.ScaledObjectBounds(obj, s.topicPartitions)
 	msg := fmt.Sprintf("ScaledObject %s scales Deployment %s between %d and %d replicas on the lag of group %q (target %d per replica)",
-		ScaledObjectName(obj), DeploymentName(obj), lo, hi, obj.Spec.Kafka.GroupID, obj.Spec.Autoscaling.LagThresholdOrDefault())
+		objects.ScaledObjectName(obj), objects.DeploymentName(obj), lo, hi, obj.Spec.Kafka.GroupID, obj.Spec.Autoscaling.LagThresholdOrDefault())
 	if hi < obj.Spec.Autoscaling.MaxReplicas {
 		msg += fmt.Sprintf("; maxReplicas %d capped at the topic's %d partitions", obj.Spec.Autoscaling.MaxReplicas, hi)
 	}
@@ -196,8 +179,8 @@ func (r *IdempotentConsumerReconciler) removeAutoscaling(ctx context.Context, s 
 		obj.Status.ScaledObjectName = ""
 		return err
 	}
-	for _, gvk := range []schema.GroupVersionKind{ScaledObjectGVK, TriggerAuthenticationGVK} {
-		if err := r.deleteKEDAObject(ctx, obj, gvk, ScaledObjectName(obj)); err != nil {
+	for _, gvk := range []schema.GroupVersionKind{objects.ScaledObjectGVK, objects.TriggerAuthenticationGVK} {
+		if err := r.deleteKEDAObject(ctx, obj, gvk, objects.ScaledObjectName(obj)); err != nil {
 			return err
 		}
 	}
@@ -250,169 +233,4 @@ func kedaReadyCondition(u *unstructured.Unstructured) *metav1.Condition {
 		return &metav1.Condition{Type: "Ready", Status: metav1.ConditionStatus(str("status")), Reason: str("reason"), Message: str("message")}
 	}
 	return nil
-}
-
-// scaledObjectBounds are the replica bounds the ScaledObject gets: maxReplicas
-// capped at the topic's partition count when known, but never below
-// minReplicas (KEDA refuses max < min).
-func scaledObjectBounds(obj *kafkav1alpha1.IdempotentConsumer, partitions int32) (lo, hi int32) {
-	a := obj.Spec.Autoscaling
-	lo, hi = a.MinReplicasOrDefault(), a.MaxReplicas
-	if partitions > 0 && hi > partitions {
-		hi = partitions
-	}
-	return lo, max(hi, lo, 1)
-}
-
-// kedaLabels are the labels of the KEDA objects: the Deployment's.
-func kedaLabels(obj *kafkav1alpha1.IdempotentConsumer) map[string]any {
-	l := map[string]string{
-		LabelComponent: "autoscaling",
-		LabelManagedBy: ManagedByValue,
-		LabelPartOf:    "idempotency-operator",
-	}
-	maps.Copy(l, SelectorLabels(obj))
-	out := map[string]any{}
-	for k, v := range l {
-		out[k] = v
-	}
-	return out
-}
-
-func ownerRef(obj *kafkav1alpha1.IdempotentConsumer) map[string]any {
-	return map[string]any{
-		"apiVersion":         kafkav1alpha1.GroupVersion.String(),
-		"kind":               "IdempotentConsumer",
-		"name":               obj.Name,
-		"uid":                string(obj.UID),
-		"controller":         true,
-		"blockOwnerDeletion": true,
-	}
-}
-
-// BuildScaledObject returns the KEDA ScaledObject for obj: a Kafka trigger
-// on the consumer group's lag for the topic, scaling the consumer
-// Deployment. partitions (0 when unknown) caps maxReplicaCount. A pure
-// function of its inputs.
-func BuildScaledObject(obj *kafkav1alpha1.IdempotentConsumer, partitions int32) *unstructured.Unstructured {
-	a := obj.Spec.Autoscaling
-	k := obj.Spec.Kafka
-	lo, hi := scaledObjectBounds(obj, partitions)
-
-	md := map[string]any{
-		"bootstrapServers": strings.Join(k.BootstrapServers, ","),
-		"consumerGroup":    k.GroupID,
-		"topic":            k.Topic,
-		"lagThreshold":     strconv.FormatInt(a.LagThresholdOrDefault(), 10),
-		"offsetResetPolicy": func() string {
-			// A group without committed offsets starts where the consumer
-			// does (earliest, unless consumer.env says otherwise), so KEDA
-			// counts the same lag the consumer will work through.
-			for _, e := range obj.Spec.Consumer.Env {
-				if e.Name == envvars.StartOffset && e.Value == "latest" {
-					return "latest"
-				}
-			}
-			return "earliest"
-		}(),
-	}
-	if a.ActivationLagThreshold != nil {
-		md["activationLagThreshold"] = strconv.FormatInt(*a.ActivationLagThreshold, 10)
-	}
-	if k.TLS != nil {
-		md["tls"] = "enable"
-		if k.TLS.InsecureSkipVerify {
-			md["unsafeSsl"] = "true"
-		}
-	}
-	if k.SASL != nil {
-		md["sasl"] = kedaSASL(k.SASL.Mechanism)
-	}
-	trigger := map[string]any{"type": "kafka", "metadata": md}
-	if BuildTriggerAuthentication(obj) != nil {
-		trigger["authenticationRef"] = map[string]any{"name": ScaledObjectName(obj)}
-	}
-	spec := map[string]any{
-		"scaleTargetRef": map[string]any{
-			"apiVersion": "apps/v1",
-			"kind":       "Deployment",
-			"name":       DeploymentName(obj),
-		},
-		"minReplicaCount": int64(lo),
-		"maxReplicaCount": int64(hi),
-		"triggers":        []any{trigger},
-	}
-	if a.PollingInterval != nil {
-		spec["pollingInterval"] = int64(*a.PollingInterval)
-	}
-	if a.CooldownPeriod != nil {
-		spec["cooldownPeriod"] = int64(*a.CooldownPeriod)
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{
-			"name":            ScaledObjectName(obj),
-			"namespace":       obj.Namespace,
-			"labels":          kedaLabels(obj),
-			"ownerReferences": []any{ownerRef(obj)},
-		},
-		"spec": spec,
-	}}
-	u.SetGroupVersionKind(ScaledObjectGVK)
-	// The hash covers the TriggerAuthentication too: both are applied together.
-	var auth any
-	if ta := BuildTriggerAuthentication(obj); ta != nil {
-		auth = ta.Object["spec"]
-	}
-	b, _ := json.Marshal([]any{spec, auth})
-	sum := sha256.Sum256(b)
-	u.SetAnnotations(map[string]string{AnnotationSpecHash: hex.EncodeToString(sum[:12])})
-	return u
-}
-
-// BuildTriggerAuthentication returns the TriggerAuthentication that hands
-// KEDA the Kafka credentials (by Secret reference, as the consumer gets
-// them), or nil when the brokers need none.
-func BuildTriggerAuthentication(obj *kafkav1alpha1.IdempotentConsumer) *unstructured.Unstructured {
-	k := obj.Spec.Kafka
-	var refs []any
-	add := func(param string, ref *kafkav1alpha1.SecretKeyRef) {
-		if ref != nil {
-			refs = append(refs, map[string]any{"parameter": param, "name": ref.Name, "key": ref.Key})
-		}
-	}
-	if t := k.TLS; t != nil {
-		add("ca", t.CASecretRef)
-		add("cert", t.ClientCertSecretRef)
-		add("key", t.ClientKeySecretRef)
-	}
-	if s := k.SASL; s != nil {
-		add("username", &s.UsernameSecretRef)
-		add("password", &s.PasswordSecretRef)
-	}
-	if len(refs) == 0 {
-		return nil
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"metadata": map[string]any{
-			"name":            ScaledObjectName(obj),
-			"namespace":       obj.Namespace,
-			"labels":          kedaLabels(obj),
-			"ownerReferences": []any{ownerRef(obj)},
-		},
-		"spec": map[string]any{"secretTargetRef": refs},
-	}}
-	u.SetGroupVersionKind(TriggerAuthenticationGVK)
-	return u
-}
-
-// kedaSASL is KEDA's name for a SASL mechanism.
-func kedaSASL(m kafkav1alpha1.SASLMechanism) string {
-	switch m {
-	case kafkav1alpha1.SASLScramSHA256:
-		return "scram_sha256"
-	case kafkav1alpha1.SASLScramSHA512:
-		return "scram_sha512"
-	default:
-		return "plaintext"
-	}
 }

@@ -36,6 +36,7 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 func withAutoscaling(minReplicas, maxReplicas int32) func(*kafkav1alpha1.IdempotentConsumer) {
@@ -56,7 +57,7 @@ func (te *testEnv) deployment(t testing.TB, ns, name string) *appsv1.Deployment 
 func (te *testEnv) scaledObject(t testing.TB, ns, name string) (*unstructured.Unstructured, error) {
 	t.Helper()
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(ScaledObjectGVK)
+	u.SetGroupVersionKind(objects.ScaledObjectGVK)
 	err := te.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, u)
 	return u, err
 }

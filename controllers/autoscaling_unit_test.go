@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 func autoscaledConsumer(mods ...func(*kafkav1alpha1.IdempotentConsumer)) *kafkav1alpha1.IdempotentConsumer {
@@ -45,11 +46,11 @@ func TestBuildScaledObject(t *testing.T) {
 		o.Spec.Autoscaling.LagThreshold = ptr64(250)
 		o.Spec.Autoscaling.PollingInterval = ptr32(15)
 	})
-	a, b := BuildScaledObject(obj, 6), BuildScaledObject(obj.DeepCopy(), 6)
+	a, b := objects.ScaledObject(obj, 6), objects.ScaledObject(obj.DeepCopy(), 6)
 	if !equality.Semantic.DeepEqual(a, b) {
-		t.Fatal("BuildScaledObject is not a pure function")
+		t.Fatal("objects.ScaledObject is not a pure function")
 	}
-	if a.GroupVersionKind() != ScaledObjectGVK || a.GetName() != "orders-consumer" || a.GetNamespace() != "ns" {
+	if a.GroupVersionKind() != objects.ScaledObjectGVK || a.GetName() != "orders-consumer" || a.GetNamespace() != "ns" {
 		t.Errorf("identity %s %s/%s", a.GroupVersionKind(), a.GetNamespace(), a.GetName())
 	}
 	owner := metav1.GetControllerOf(a)
@@ -79,7 +80,7 @@ func TestBuildScaledObject(t *testing.T) {
 	if !equality.Semantic.DeepEqual(md, want) {
 		t.Errorf("trigger metadata = %v, want %v", md, want)
 	}
-	if BuildTriggerAuthentication(obj) != nil {
+	if objects.TriggerAuthentication(obj) != nil {
 		t.Error("a TriggerAuthentication for plaintext brokers")
 	}
 	// Only JSON value types (DeepCopyJSON panics on others), or the content
@@ -99,7 +100,7 @@ func TestScaledObjectBounds(t *testing.T) {
 		{0, 5, 12, 0, 5},  // scale to zero
 	} {
 		obj := newConsumer("ns", "a", withAutoscaling(tc.min, tc.max))
-		if lo, hi := scaledObjectBounds(obj, tc.partitions); lo != tc.wantMin || hi != tc.wantMax {
+		if lo, hi := objects.ScaledObjectBounds(obj, tc.partitions); lo != tc.wantMin || hi != tc.wantMax {
 			t.Errorf("min %d max %d partitions %d: got [%d, %d], want [%d, %d]", tc.min, tc.max, tc.partitions, lo, hi, tc.wantMin, tc.wantMax)
 		}
 	}
@@ -120,7 +121,7 @@ func TestBuildScaledObjectTLSAndSASL(t *testing.T) {
 		}
 		o.Spec.Consumer.Env = []corev1.EnvVar{{Name: "CONSUMER_START_OFFSET", Value: "latest"}}
 	})
-	so := BuildScaledObject(obj, 0)
+	so := objects.ScaledObject(obj, 0)
 	md := triggerMetadata(t, so)
 	for k, v := range map[string]string{"tls": "enable", "unsafeSsl": "true", "sasl": "scram_sha256", "offsetResetPolicy": "latest"} {
 		if md[k] != v {
@@ -131,8 +132,8 @@ func TestBuildScaledObjectTLSAndSASL(t *testing.T) {
 	if ref, _, _ := unstructured.NestedString(triggers[0].(map[string]any), "authenticationRef", "name"); ref != "orders-consumer" {
 		t.Errorf("authenticationRef = %q", ref)
 	}
-	ta := BuildTriggerAuthentication(obj)
-	if ta == nil || ta.GroupVersionKind() != TriggerAuthenticationGVK || metav1.GetControllerOf(ta) == nil {
+	ta := objects.TriggerAuthentication(obj)
+	if ta == nil || ta.GroupVersionKind() != objects.TriggerAuthenticationGVK || metav1.GetControllerOf(ta) == nil {
 		t.Fatalf("TriggerAuthentication = %v", ta)
 	}
 	_ = runtime.DeepCopyJSON(so.Object)
@@ -154,7 +155,7 @@ func TestBuildScaledObjectTLSAndSASL(t *testing.T) {
 	// whether to apply again.
 	other := obj.DeepCopy()
 	other.Spec.Kafka.SASL.PasswordSecretRef.Key = "pw"
-	if BuildScaledObject(other, 0).GetAnnotations()[AnnotationSpecHash] == so.GetAnnotations()[AnnotationSpecHash] {
+	if objects.ScaledObject(other, 0).GetAnnotations()[objects.AnnotationSpecHash] == so.GetAnnotations()[objects.AnnotationSpecHash] {
 		t.Error("the spec hash ignores the TriggerAuthentication")
 	}
 }
@@ -174,7 +175,7 @@ func triggerMetadata(t *testing.T, so *unstructured.Unstructured) map[string]str
 
 func TestBuildDeploymentAutoscaledLeavesReplicas(t *testing.T) {
 	obj := autoscaledConsumer()
-	dep := BuildDeployment(obj, BuildOptions{Autoscaled: true})
+	dep := objects.Deployment(obj, objects.Options{Autoscaled: true})
 	if dep.Spec.Replicas != nil {
 		t.Errorf("replicas = %d, want unset under KEDA", *dep.Spec.Replicas)
 	}
@@ -182,8 +183,8 @@ func TestBuildDeploymentAutoscaledLeavesReplicas(t *testing.T) {
 	if strings.Contains(string(raw), `"replicas"`) {
 		t.Errorf("the applied spec carries replicas: %s", raw)
 	}
-	if plain := BuildDeployment(obj, BuildOptions{}); plain.Spec.Replicas == nil || *plain.Spec.Replicas != 1 ||
-		plain.Annotations[AnnotationSpecHash] == dep.Annotations[AnnotationSpecHash] {
+	if plain := objects.Deployment(obj, objects.Options{}); plain.Spec.Replicas == nil || *plain.Spec.Replicas != 1 ||
+		plain.Annotations[objects.AnnotationSpecHash] == dep.Annotations[objects.AnnotationSpecHash] {
 		t.Error("without KEDA the Deployment must carry spec.consumer.replicas and another hash")
 	}
 }

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,7 +38,6 @@ import (
 // whether retrying unchanged can help.
 func classifyDatabaseError(err error) (reason string, transient bool) {
 	var (
-		pgErr  *pgconn.PgError
 		urlErr *InvalidURLError
 		tlsErr *DatabaseTLSError
 		verErr *tls.CertificateVerificationError
@@ -60,19 +58,24 @@ func classifyDatabaseError(err error) (reason string, transient bool) {
 		return kafkav1alpha1.ReasonInvalidSpec, false
 	case errors.As(err, &lock) || dedup.IsRetryable(err):
 		return kafkav1alpha1.ReasonLockNotAvailable, true
-	case errors.As(err, &pgErr):
-		switch {
-		case pgErr.Code == "28P01" || pgErr.Code == "28000":
-			return kafkav1alpha1.ReasonAuthenticationFailed, false
-		case pgErr.Code == "3D000":
-			return kafkav1alpha1.ReasonDatabaseNotFound, false
-		case pgErr.Code == "42501":
-			return kafkav1alpha1.ReasonPermissionDenied, false
-		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57P"), pgErr.Code == "53300":
-			// connection exceptions, shutdown/cannot connect now, too many connections
-			return kafkav1alpha1.ReasonDatabaseUnreachable, true
-		}
+	}
+	// A PostgreSQL error: its SQLSTATE class, read by the dedup package
+	// that runs the SQL, picks the reason.
+	switch dedup.Classify(err) {
+	case dedup.KindAuth:
+		return kafkav1alpha1.ReasonAuthenticationFailed, false
+	case dedup.KindNoDatabase:
+		return kafkav1alpha1.ReasonDatabaseNotFound, false
+	case dedup.KindPermission:
+		return kafkav1alpha1.ReasonPermissionDenied, false
+	case dedup.KindConnection, dedup.KindShutdown, dedup.KindTooManyConnections:
+		return kafkav1alpha1.ReasonDatabaseUnreachable, true
+	case dedup.KindNone:
+		// not a PostgreSQL error: the network checks below decide
+	default:
 		return kafkav1alpha1.ReasonDatabaseError, true
+	}
+	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.As(err, &netErr), pgconn.Timeout(err):

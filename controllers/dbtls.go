@@ -37,19 +37,6 @@ type DatabaseConn struct {
 	CA  []byte
 }
 
-// Environment variables the consumer Deployment sets for a PostgreSQL CA.
-// pgx (like libpq) reads them as sslrootcert and sslmode when the URL does
-// not set those keys itself, so every consumer built on pgx or libpq uses
-// the mounted CA without knowing about it.
-const (
-	envPGSSLRootCert = "PGSSLROOTCERT"
-	envPGSSLMode     = "PGSSLMODE"
-	// pgCAMountDir holds the CA file in the consumer container.
-	pgCAMountDir = "/etc/idempotency/postgres-tls"
-	pgCAVolume   = "postgres-ca"
-	pgCAFile     = "ca.crt"
-)
-
 // DatabaseTLSError is a database URL whose TLS settings contradict
 // spec.database.caSecretRef. Like InvalidURLError it never quotes the URL.
 type DatabaseTLSError struct {

@@ -28,6 +28,7 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // TestDatabaseCAEnvtest: with spec.database.caSecretRef the operator
@@ -72,8 +73,8 @@ func TestDatabaseCAEnvtest(t *testing.T) {
 	}
 	pod := dep.Spec.Template.Spec
 	env := envMap(pod.Containers[0].Env)
-	if env[envPGSSLRootCert] != "/etc/idempotency/postgres-tls/ca.crt" || env[envPGSSLMode] != "verify-full" {
-		t.Errorf("consumer env PGSSLROOTCERT %q PGSSLMODE %q", env[envPGSSLRootCert], env[envPGSSLMode])
+	if env[objects.EnvPGSSLRootCert] != "/etc/idempotency/postgres-tls/ca.crt" || env[objects.EnvPGSSLMode] != "verify-full" {
+		t.Errorf("consumer env PGSSLROOTCERT %q PGSSLMODE %q", env[objects.EnvPGSSLRootCert], env[objects.EnvPGSSLMode])
 	}
 	var vol, mount bool
 	for _, v := range pod.Volumes {
@@ -81,12 +82,12 @@ func TestDatabaseCAEnvtest(t *testing.T) {
 			v.Secret.Items[0].Key == "ca.crt" && v.Secret.Items[0].Path == "ca.crt"
 	}
 	for _, m := range pod.Containers[0].VolumeMounts {
-		mount = mount || m.Name == pgCAVolume && m.MountPath == "/etc/idempotency/postgres-tls" && m.ReadOnly
+		mount = mount || m.Name == objects.PGCAVolume && m.MountPath == "/etc/idempotency/postgres-tls" && m.ReadOnly
 	}
 	if !vol || !mount {
 		t.Errorf("CA volume %v mount %v: %+v %+v", vol, mount, pod.Volumes, pod.Containers[0].VolumeMounts)
 	}
-	hash := dep.Spec.Template.Annotations[AnnotationConfigHash]
+	hash := dep.Spec.Template.Annotations[objects.AnnotationConfigHash]
 
 	// A rotated CA rolls the pods (the config hash covers it).
 	other, err := consumertest.NewTestCA()
@@ -99,7 +100,7 @@ func TestDatabaseCAEnvtest(t *testing.T) {
 		if err := te.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "c-consumer"}, d); err != nil {
 			return false, err.Error()
 		}
-		h := d.Spec.Template.Annotations[AnnotationConfigHash]
+		h := d.Spec.Template.Annotations[objects.AnnotationConfigHash]
 		return h != hash, h
 	})
 

@@ -32,6 +32,7 @@ import (
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
 	"github.com/idempotency-dev/operator/consumer/dedup"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 func TestExplicitSSL(t *testing.T) {
@@ -206,19 +207,19 @@ func TestConsumerEnvVerifiesWithCA(t *testing.T) {
 
 	obj := builtObject()
 	obj.Spec.Database.CASecretRef = &kafkav1alpha1.SecretKeyRef{Name: "pg-ca", Key: "ca.pem"}
-	dep := BuildDeployment(obj, BuildOptions{})
+	dep := objects.Deployment(obj, objects.Options{})
 	env := envMap(dep.Spec.Template.Spec.Containers[0].Env)
 	// The file the pod would see, placed under a temporary root.
 	root := t.TempDir()
-	file := filepath.Join(root, env[envPGSSLRootCert])
+	file := filepath.Join(root, env[objects.EnvPGSSLRootCert])
 	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(file, []byte(ca.PEM), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(envPGSSLRootCert, file)
-	t.Setenv(envPGSSLMode, env[envPGSSLMode])
+	t.Setenv(objects.EnvPGSSLRootCert, file)
+	t.Setenv(objects.EnvPGSSLMode, env[objects.EnvPGSSLMode])
 	cfg, err := pgxpool.ParseConfig(pg.TLSURL("postgres", "localhost", ""))
 	if err != nil {
 		t.Fatal(err)
@@ -250,28 +251,28 @@ func TestConsumerEnvVerifiesWithCA(t *testing.T) {
 // the CA is part of the config hash inputs, so a rotated CA rolls the pods.
 func TestBuildDeploymentDatabaseCA(t *testing.T) {
 	obj := builtObject()
-	if dep := BuildDeployment(obj, BuildOptions{}); envMap(dep.Spec.Template.Spec.Containers[0].Env)[envPGSSLRootCert] != "" {
+	if dep := objects.Deployment(obj, objects.Options{}); envMap(dep.Spec.Template.Spec.Containers[0].Env)[objects.EnvPGSSLRootCert] != "" {
 		t.Fatal("PGSSLROOTCERT set without caSecretRef")
 	}
 	obj.Spec.Database.CASecretRef = &kafkav1alpha1.SecretKeyRef{Name: "pg-ca", Key: "ca.pem"}
-	dep := BuildDeployment(obj, BuildOptions{})
+	dep := objects.Deployment(obj, objects.Options{})
 	pod := dep.Spec.Template.Spec
 	c := pod.Containers[0]
 	env := envMap(c.Env)
-	if env[envPGSSLRootCert] != "/etc/idempotency/postgres-tls/ca.crt" || env[envPGSSLMode] != "verify-full" {
-		t.Errorf("PGSSLROOTCERT %q PGSSLMODE %q", env[envPGSSLRootCert], env[envPGSSLMode])
+	if env[objects.EnvPGSSLRootCert] != "/etc/idempotency/postgres-tls/ca.crt" || env[objects.EnvPGSSLMode] != "verify-full" {
+		t.Errorf("PGSSLROOTCERT %q PGSSLMODE %q", env[objects.EnvPGSSLRootCert], env[objects.EnvPGSSLMode])
 	}
 	var mounted bool
 	for _, m := range c.VolumeMounts {
-		if m.Name == pgCAVolume {
-			mounted = m.MountPath == filepath.Dir(env[envPGSSLRootCert]) && m.ReadOnly
+		if m.Name == objects.PGCAVolume {
+			mounted = m.MountPath == filepath.Dir(env[objects.EnvPGSSLRootCert]) && m.ReadOnly
 		}
 	}
 	var vol bool
 	for _, v := range pod.Volumes {
-		if v.Name == pgCAVolume && v.Secret != nil {
+		if v.Name == objects.PGCAVolume && v.Secret != nil {
 			vol = v.Secret.SecretName == "pg-ca" && len(v.Secret.Items) == 1 &&
-				v.Secret.Items[0].Key == "ca.pem" && v.Secret.Items[0].Path == filepath.Base(env[envPGSSLRootCert])
+				v.Secret.Items[0].Key == "ca.pem" && v.Secret.Items[0].Path == filepath.Base(env[objects.EnvPGSSLRootCert])
 		}
 	}
 	if !mounted || !vol {

@@ -32,6 +32,7 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/dedup"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=delete
@@ -77,7 +78,7 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 	}
 
 	// Stop the consumer first, so it does not fail against a dropped table.
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: DeploymentName(obj)}}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: objects.DeploymentName(obj)}}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(dep), dep); err == nil && metav1.IsControlledBy(dep, obj) {
 		if err := r.Client.Delete(ctx, dep, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("deleting Deployment %s: %w", dep.Name, err)

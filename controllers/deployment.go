@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // reconcileDeployment applies the consumer Deployment and reports its
@@ -40,7 +41,7 @@ import (
 // spec changes are applied whatever the database's state.
 func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, s *reconcileState) error {
 	obj := s.obj
-	name := DeploymentName(obj)
+	name := objects.DeploymentName(obj)
 	obj.Status.DeploymentName = name
 
 	current := &appsv1.Deployment{}
@@ -85,17 +86,17 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 			return nil
 		}
 	}
-	desired := BuildDeployment(obj, BuildOptions{DefaultImage: r.Options.ConsumerImage, ConfigHash: configHash(values), Autoscaled: s.autoscale})
+	desired := objects.Deployment(obj, objects.Options{DefaultImage: r.Options.ConsumerImage, ConfigHash: configHash(values), Autoscaled: s.autoscale})
 	if prob != nil && current != nil {
 		// Keep the pods running on the old credentials until the Secret is fixed.
-		desired.Spec.Template.Annotations[AnnotationConfigHash] = current.Spec.Template.Annotations[AnnotationConfigHash]
-		desired.Annotations[AnnotationSpecHash] = specHash(desired)
+		desired.Spec.Template.Annotations[objects.AnnotationConfigHash] = current.Spec.Template.Annotations[objects.AnnotationConfigHash]
+		desired.Annotations[objects.AnnotationSpecHash] = objects.SpecHash(desired)
 	}
 
 	// A changed template is first judged by the API server's Pod Security
 	// admission (podsecurity.go); a refused one is not applied.
 	var refused *problem
-	if current == nil || current.Annotations[AnnotationSpecHash] != desired.Annotations[AnnotationSpecHash] {
+	if current == nil || current.Annotations[objects.AnnotationSpecHash] != desired.Annotations[objects.AnnotationSpecHash] {
 		if refused, err = r.checkPodSecurity(ctx, desired); err != nil {
 			return err
 		} else if refused != nil {
@@ -109,7 +110,7 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 	// Replicas are compared besides the hash: kubectl scale on the
 	// Deployment is reverted at once, unless KEDA owns the count.
 	replicasDrifted := !s.autoscale && (current == nil || current.Spec.Replicas == nil || *current.Spec.Replicas != *desired.Spec.Replicas)
-	if refused == nil && (current == nil || current.Annotations[AnnotationSpecHash] != desired.Annotations[AnnotationSpecHash] || replicasDrifted) {
+	if refused == nil && (current == nil || current.Annotations[objects.AnnotationSpecHash] != desired.Annotations[objects.AnnotationSpecHash] || replicasDrifted) {
 		if s.autoscale && current != nil && current.Spec.Replicas != nil && ownsReplicas(current) {
 			if err := r.handOverReplicas(ctx, current); err != nil {
 				return err

@@ -15,9 +15,15 @@ limitations under the License.
 */
 
 // Package controllers holds the IdempotentConsumer reconciler. One Reconcile
-// runs a linear chain of phases, each in its own file: the database (Secret,
-// connection, table, ownership), the partitions (maintenance on schedule),
-// the consumer Deployment (a pure builder plus server-side apply), deletion,
-// and status (computed from what this loop observed, written once if it
-// changed). SQL lives in consumer/dedup, behind the TableStore interface.
+// (reconciler.go) runs a linear chain of phases, each in its own file: the
+// database (database.go: connection, table, ownership), the partitions
+// (partitions.go: maintenance on schedule), the topic checks (topics.go), the
+// consumer Deployment (deployment.go: server-side apply and rollout status),
+// autoscaling (autoscaling.go), deletion (delete.go), and status (status.go:
+// computed from what this loop observed, written once if it changed).
+// conditions.go holds every condition writer and Event reason, secrets.go
+// every Secret read and the scrubbing of their values, dberrors.go the
+// mapping of database errors to reasons. The objects the phases apply are
+// built by the pure functions of controllers/objects; SQL lives in
+// consumer/dedup, behind the TableStore interface.
 package controllers

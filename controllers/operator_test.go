@@ -39,6 +39,7 @@ import (
 	"github.com/idempotency-dev/operator/consumer/consumertest"
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/envvars"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // TestOperator runs the envtest scenarios against one API server, one
@@ -207,7 +208,7 @@ func testSampleBecomesReady(t *testing.T, te *testEnv) {
 	if pod.Containers[0].Resources.Requests.Cpu().String() != "100m" {
 		t.Errorf("resources %+v, want the sample's", pod.Containers[0].Resources)
 	}
-	if dep.Spec.Template.Annotations[AnnotationConfigHash] == "" {
+	if dep.Spec.Template.Annotations[objects.AnnotationConfigHash] == "" {
 		t.Error("pod template has no config hash annotation")
 	}
 	if !hasEvent(te.events(t, ns, obj.Name), "PartitionsCreated") {
@@ -406,7 +407,7 @@ func testSpecUpdates(t *testing.T, te *testEnv) {
 		t.Errorf("retention 48h -> 96h: partitions %d -> %d, want at least 2 more", count, got.Status.Partitions.Count)
 	}
 	dep := &appsv1.Deployment{}
-	if err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: DeploymentName(obj)}, dep); err != nil {
+	if err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: objects.DeploymentName(obj)}, dep); err != nil {
 		t.Fatal(err)
 	}
 	if *dep.Spec.Replicas != 3 {
@@ -433,16 +434,16 @@ func testSpecUpdates(t *testing.T, te *testEnv) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "Deployment scaled to 1", func() (bool, string) {
-		_ = te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: DeploymentName(obj)}, dep)
+		_ = te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: objects.DeploymentName(obj)}, dep)
 		return *dep.Spec.Replicas == 1, ""
 	})
 
 	// A changed Secret value rolls the pods (new config hash).
-	hash := dep.Spec.Template.Annotations[AnnotationConfigHash]
+	hash := dep.Spec.Template.Annotations[objects.AnnotationConfigHash]
 	te.setSecret(t, ns, "db", map[string]string{"url": dbURL + "&application_name=rotated"})
 	eventually(t, 30*time.Second, "config hash to change after the Secret changed", func() (bool, string) {
-		_ = te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: DeploymentName(obj)}, dep)
-		return dep.Spec.Template.Annotations[AnnotationConfigHash] != hash, hash
+		_ = te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: objects.DeploymentName(obj)}, dep)
+		return dep.Spec.Template.Annotations[objects.AnnotationConfigHash] != hash, hash
 	})
 }
 

@@ -22,32 +22,15 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=create
-
-// PodFromTemplate is the pod the ReplicaSet controller would create from the
-// Deployment's template, as far as admission can tell: its labels,
-// annotations and spec, in the Deployment's namespace.
-func PodFromTemplate(dep *appsv1.Deployment) *corev1.Pod {
-	t := dep.Spec.Template.DeepCopy()
-	return &corev1.Pod{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: dep.Name + "-",
-			Namespace:    dep.Namespace,
-			Labels:       t.Labels,
-			Annotations:  t.Annotations,
-		},
-		Spec: t.Spec,
-	}
-}
 
 // checkPodSecurity asks the API server, with a server-side dry run, whether
 // it would admit a pod built from the Deployment's template in the object's
@@ -59,7 +42,7 @@ func PodFromTemplate(dep *appsv1.Deployment) *corev1.Pod {
 // a webhook without dry-run support) leaves the judgement to the rollout,
 // and only a failure of the API server itself is returned as an error.
 func (r *IdempotentConsumerReconciler) checkPodSecurity(ctx context.Context, dep *appsv1.Deployment) (*problem, error) {
-	pod := PodFromTemplate(dep)
+	pod := objects.PodFromTemplate(dep)
 	err := r.Client.Create(ctx, pod, client.DryRunAll, client.FieldOwner(FieldOwner))
 	switch {
 	case err == nil:

@@ -30,12 +30,13 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // appArmorUnconfined is a pod template annotation that the baseline (and so
 // the restricted) Pod Security profile forbids, and one of the few things a
 // user can break the profile with through spec.consumer.podTemplate.
-const appArmorUnconfined = "container.apparmor.security.beta.kubernetes.io/" + consumerContainer
+const appArmorUnconfined = "container.apparmor.security.beta.kubernetes.io/" + objects.ConsumerContainer
 
 // restrictedNamespace creates a namespace that enforces the restricted Pod
 // Security profile.
@@ -100,7 +101,7 @@ func TestPodSecurity(t *testing.T) {
 		} {
 			obj := newConsumer(ns, name, mod)
 			obj.UID = types.UID("00000000-0000-0000-0000-" + randSuffix() + "0000")
-			pod := PodFromTemplate(BuildDeployment(obj, BuildOptions{ConfigHash: "0123"}))
+			pod := objects.PodFromTemplate(objects.Deployment(obj, objects.Options{ConfigHash: "0123"}))
 			if err := te.c.Create(ctx, pod); err != nil {
 				t.Errorf("%s: the API server refuses the consumer pod in a restricted namespace: %v", name, err)
 				continue
@@ -119,7 +120,7 @@ func TestPodSecurity(t *testing.T) {
 		te.create(t, newConsumer(ns, "unconfined", withTable("unconfined_event"), unconfined))
 		got := te.waitCondition(t, ns, "unconfined", kafkav1alpha1.ConditionConsumerReady, metav1.ConditionFalse, ReasonPodSecurityRejected)
 		assertRefusal(t, got)
-		depKey := types.NamespacedName{Namespace: ns, Name: DeploymentName(got)}
+		depKey := types.NamespacedName{Namespace: ns, Name: objects.DeploymentName(got)}
 		if err := te.c.Get(ctx, depKey, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 			t.Errorf("Deployment of a refused template: err = %v, want NotFound (not created)", err)
 		}
@@ -136,7 +137,7 @@ func TestPodSecurity(t *testing.T) {
 		if err := te.c.Get(ctx, depKey, dep); err != nil {
 			t.Fatal(err)
 		}
-		applied := dep.Annotations[AnnotationSpecHash]
+		applied := dep.Annotations[objects.AnnotationSpecHash]
 
 		// Broken again, with a Deployment running: it keeps its template.
 		if err := te.update(t, ns, "unconfined", unconfined); err != nil {
@@ -148,9 +149,9 @@ func TestPodSecurity(t *testing.T) {
 		if err := te.c.Get(ctx, depKey, dep); err != nil {
 			t.Fatal(err)
 		}
-		if dep.Annotations[AnnotationSpecHash] != applied || dep.Spec.Template.Annotations[appArmorUnconfined] != "" {
+		if dep.Annotations[objects.AnnotationSpecHash] != applied || dep.Spec.Template.Annotations[appArmorUnconfined] != "" {
 			t.Errorf("the refused template was applied: spec hash %s (was %s), pod annotations %v",
-				dep.Annotations[AnnotationSpecHash], applied, dep.Spec.Template.Annotations)
+				dep.Annotations[objects.AnnotationSpecHash], applied, dep.Spec.Template.Annotations)
 		}
 	})
 }

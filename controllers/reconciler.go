@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // ControllerName names the controller, its field manager and its events.
@@ -88,7 +89,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.ConsumerImage == "" {
-		o.ConsumerImage = DefaultConsumerImage
+		o.ConsumerImage = objects.DefaultConsumerImage
 	}
 	if o.MaintenanceLead <= 0 {
 		o.MaintenanceLead = 5 * time.Minute
@@ -299,12 +300,27 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		Named(ControllerName).
 		For(&kafkav1alpha1.IdempotentConsumer{}, builder.WithPredicates(specOrDeletionChanged())).
 		Owns(&appsv1.Deployment{}).
+		// By name as well: a Deployment whose owner reference names no
+		// object (orphaned by a delete with --cascade=orphan) blocks the
+		// object of the same name until it goes, and its deletion must wake
+		// that object up.
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(consumerForDeployment)).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.consumersForSecret)).
 		// The application Secrets (appsecret.go): one deleted or edited is put back.
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),
 			&kafkav1alpha1.IdempotentConsumer{}, handler.OnlyControllerOwner())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
 		Complete(r)
+}
+
+// consumerForDeployment maps one of the operator's Deployments (the cache
+// holds no others) to the object its name belongs to, owner or not.
+func consumerForDeployment(_ context.Context, dep client.Object) []ctrl.Request {
+	name, ok := objects.ConsumerNameOf(dep.GetName())
+	if !ok {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: dep.GetNamespace(), Name: name}}}
 }
 
 // specOrDeletionChanged passes creations, deletions, and updates that change

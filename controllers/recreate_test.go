@@ -29,6 +29,7 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // TestRecreatedObjectTakesOverWhenOldDeploymentGoes: an object deleted and
@@ -51,7 +52,7 @@ func TestRecreatedObjectTakesOverWhenOldDeploymentGoes(t *testing.T) {
 
 	te.create(t, newConsumer(ns, "orders"))
 	old := te.waitReady(t, ns, "orders")
-	depKey := types.NamespacedName{Namespace: ns, Name: DeploymentName(old)}
+	depKey := types.NamespacedName{Namespace: ns, Name: objects.DeploymentName(old)}
 	oldDep := &appsv1.Deployment{}
 	if err := te.c.Get(ctx, depKey, oldDep); err != nil {
 		t.Fatal(err)
@@ -78,6 +79,67 @@ func TestRecreatedObjectTakesOverWhenOldDeploymentGoes(t *testing.T) {
 	// cluster's would (only that one: the precondition names its UID).
 	uid := oldDep.UID
 	if err := te.c.Delete(ctx, oldDep, client.Preconditions{UID: &uid}); err != nil {
+		t.Fatal(err)
+	}
+	now := te.waitReady(t, ns, "orders")
+	dep := &appsv1.Deployment{}
+	if err := te.c.Get(ctx, depKey, dep); err != nil {
+		t.Fatal(err)
+	}
+	if !metav1.IsControlledBy(dep, now) {
+		t.Fatalf("Deployment %s is controlled by %v, want the new object %s", depKey.Name, metav1.GetControllerOf(dep), now.UID)
+	}
+}
+
+// TestRecreatedObjectTakesOverWhenOrphanedDeploymentGoes: the same, but the
+// old object was deleted with --cascade=orphan, so its Deployment lost its
+// owner reference (the garbage collector removes it) and is labelled ours
+// but owned by nobody. The object created again is Stalled with
+// DeploymentNotOwned; when someone deletes that Deployment it is reconciled
+// at once, although no owner reference leads from the Deployment to it.
+func TestRecreatedObjectTakesOverWhenOrphanedDeploymentGoes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envtest and PostgreSQL: skipped with -short")
+	}
+	te := startEnv(t, envOptions{options: Options{
+		RetryBase: time.Hour, RetryMax: time.Hour,
+		TopicRetryBase: time.Hour, TopicRetryMax: time.Hour, TopicCheckInterval: -1,
+	}})
+	ctx := context.Background()
+	ns := te.namespace(t)
+	te.secret(t, ns, "db", map[string]string{"url": consumertest.DatabaseURL(t)})
+
+	te.create(t, newConsumer(ns, "orders"))
+	old := te.waitReady(t, ns, "orders")
+	depKey := types.NamespacedName{Namespace: ns, Name: objects.DeploymentName(old)}
+
+	// What the garbage collector does for a delete with the orphan policy
+	// (envtest has none): the owner reference goes, then the object.
+	orphan := &appsv1.Deployment{}
+	if err := te.c.Get(ctx, depKey, orphan); err != nil {
+		t.Fatal(err)
+	}
+	orphan.OwnerReferences = nil
+	if err := te.c.Update(ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	if err := te.c.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the first object gone", func() (bool, string) {
+		err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "orders"}, &kafkav1alpha1.IdempotentConsumer{})
+		return apierrors.IsNotFound(err), ""
+	})
+	if err := te.c.Get(ctx, depKey, orphan); err != nil || len(orphan.OwnerReferences) != 0 {
+		t.Fatalf("the orphaned Deployment: %v, owner references %v", err, orphan.OwnerReferences)
+	}
+
+	te.create(t, newConsumer(ns, "orders", withTable("orders_again")))
+	b := te.waitCondition(t, ns, "orders", kafkav1alpha1.ConditionConsumerReady, metav1.ConditionFalse, kafkav1alpha1.ReasonDeploymentConflict)
+	assertSummary(t, b, kafkav1alpha1.ReasonDeploymentConflict, true)
+
+	uid := orphan.UID
+	if err := te.c.Delete(ctx, orphan, client.Preconditions{UID: &uid}); err != nil {
 		t.Fatal(err)
 	}
 	now := te.waitReady(t, ns, "orders")

@@ -27,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // ParseWatchNamespaces parses the manager's --watch-namespaces flag: a
@@ -61,7 +63,7 @@ func ParseWatchNamespaces(flag string) ([]string, error) {
 // needs no cluster-wide read of anything; nil or empty watches the cluster.
 func CacheOptions(namespaces []string) cache.Options {
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&appsv1.Deployment{}: {Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})},
+		&appsv1.Deployment{}: {Label: labels.SelectorFromSet(labels.Set{objects.LabelManagedBy: objects.ManagedByValue})},
 	}}
 	if len(namespaces) > 0 {
 		opts.DefaultNamespaces = make(map[string]cache.Config, len(namespaces))

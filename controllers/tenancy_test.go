@@ -41,6 +41,7 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 func TestParseWatchNamespaces(t *testing.T) {
@@ -249,7 +250,7 @@ rules:
 	if len(ignored.Status.Conditions) != 0 || len(ignored.Finalizers) != 0 || ignored.Status.ObservedGeneration != 0 {
 		t.Errorf("%s/ignored was reconciled by a manager watching %q: finalizers %v, %s", other, in.watchNamespaces, ignored.Finalizers, conditionsSummary(ignored))
 	}
-	if err := te.c.Get(ctx, types.NamespacedName{Namespace: other, Name: DeploymentName(ignored)}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+	if err := te.c.Get(ctx, types.NamespacedName{Namespace: other, Name: objects.DeploymentName(ignored)}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Deployment of %s/ignored: err = %v, want NotFound", other, err)
 	}
 	if logs := te.logs.String(); strings.Contains(strings.ToLower(logs), "forbidden") {

@@ -43,6 +43,7 @@ import (
 	"github.com/idempotency-dev/operator/consumer/consumertest"
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/envvars"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 func builtObject() *kafkav1alpha1.IdempotentConsumer {
@@ -52,26 +53,26 @@ func builtObject() *kafkav1alpha1.IdempotentConsumer {
 }
 
 func TestBuildDeploymentIsPure(t *testing.T) {
-	a := BuildDeployment(builtObject(), BuildOptions{ConfigHash: "h"})
-	b := BuildDeployment(builtObject(), BuildOptions{ConfigHash: "h"})
+	a := objects.Deployment(builtObject(), objects.Options{ConfigHash: "h"})
+	b := objects.Deployment(builtObject(), objects.Options{ConfigHash: "h"})
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two builds of the same input differ")
 	}
-	c := BuildDeployment(builtObject(), BuildOptions{ConfigHash: "other"})
-	if a.Annotations[AnnotationSpecHash] == c.Annotations[AnnotationSpecHash] {
+	c := objects.Deployment(builtObject(), objects.Options{ConfigHash: "other"})
+	if a.Annotations[objects.AnnotationSpecHash] == c.Annotations[objects.AnnotationSpecHash] {
 		t.Error("a new config hash did not change the spec hash")
 	}
-	if a.Spec.Template.Spec.Containers[0].Image != DefaultConsumerImage {
+	if a.Spec.Template.Spec.Containers[0].Image != objects.DefaultConsumerImage {
 		t.Errorf("image %q, want the default", a.Spec.Template.Spec.Containers[0].Image)
 	}
-	if d := BuildDeployment(builtObject(), BuildOptions{DefaultImage: "registry.example/consumer:v1"}); d.Spec.Template.Spec.Containers[0].Image != "registry.example/consumer:v1" {
+	if d := objects.Deployment(builtObject(), objects.Options{DefaultImage: "registry.example/consumer:v1"}); d.Spec.Template.Spec.Containers[0].Image != "registry.example/consumer:v1" {
 		t.Errorf("operator default image not used: %q", d.Spec.Template.Spec.Containers[0].Image)
 	}
 }
 
 func TestBuildDeploymentRestrictedAndOwned(t *testing.T) {
 	obj := builtObject()
-	dep := BuildDeployment(obj, BuildOptions{})
+	dep := objects.Deployment(obj, objects.Options{})
 	assertRestricted(t, dep.Spec.Template.Spec)
 	if !metav1.IsControlledBy(dep, obj) {
 		t.Errorf("owner references %+v", dep.OwnerReferences)
@@ -79,12 +80,12 @@ func TestBuildDeploymentRestrictedAndOwned(t *testing.T) {
 	if ptrTrue(dep.Spec.Template.Spec.AutomountServiceAccountToken) {
 		t.Error("the consumer gets an API token it never uses")
 	}
-	for k, v := range SelectorLabels(obj) {
+	for k, v := range objects.SelectorLabels(obj) {
 		if dep.Spec.Template.Labels[k] != v || dep.Spec.Selector.MatchLabels[k] != v {
 			t.Errorf("selector label %s=%s missing", k, v)
 		}
 	}
-	if dep.Labels[LabelManagedBy] != ManagedByValue {
+	if dep.Labels[objects.LabelManagedBy] != objects.ManagedByValue {
 		t.Error("the Deployment lacks the managed-by label the manager's cache selects on")
 	}
 }
@@ -103,7 +104,7 @@ func TestBuildDeploymentEnv(t *testing.T) {
 		{Name: envvars.DatabaseURLFallback, Value: "postgres://x"}, // would shadow the Secret: dropped
 		{Name: envvars.Envelope, Value: "cloudevents"},             // not set by us: kept
 	}
-	dep := BuildDeployment(obj, BuildOptions{})
+	dep := objects.Deployment(obj, objects.Options{})
 	c := dep.Spec.Template.Spec.Containers[0]
 	env := envMap(c.Env)
 	if env[envvars.Topic] != "orders" || env[envvars.Envelope] != "cloudevents" {
@@ -118,7 +119,7 @@ func TestBuildDeploymentEnv(t *testing.T) {
 			t.Errorf("env %s set twice", e.Name)
 		}
 		seen[e.Name] = true
-		if !slices.Contains(envvars.All, e.Name) && e.Name != envvars.Envelope && e.Name != envPGSSLRootCert && e.Name != envPGSSLMode {
+		if !slices.Contains(envvars.All, e.Name) && e.Name != envvars.Envelope && e.Name != objects.EnvPGSSLRootCert && e.Name != objects.EnvPGSSLMode {
 			t.Errorf("env %s is not a variable cmd/consumer reads", e.Name)
 		}
 	}
@@ -172,7 +173,7 @@ func TestBuildDeploymentEnv(t *testing.T) {
 // through the downward API, so the consumer can size itself to it.
 func TestBuildDeploymentOrderingAndMemoryLimit(t *testing.T) {
 	obj := builtObject()
-	c := BuildDeployment(obj, BuildOptions{}).Spec.Template.Spec.Containers[0]
+	c := objects.Deployment(obj, objects.Options{}).Spec.Template.Spec.Containers[0]
 	env := envMap(c.Env)
 	for _, name := range []string{envvars.Ordering, envvars.MaxInFlight} {
 		if _, ok := env[name]; ok {
@@ -193,7 +194,7 @@ func TestBuildDeploymentOrderingAndMemoryLimit(t *testing.T) {
 	obj.Spec.Consumer.Ordering = kafkav1alpha1.OrderingKey
 	obj.Spec.Consumer.MaxInFlight = ptr.To(int32(128))
 	obj.Spec.Consumer.Env = []corev1.EnvVar{{Name: envvars.MemoryLimit, Value: "1"}} // ours: dropped
-	c = BuildDeployment(obj, BuildOptions{}).Spec.Template.Spec.Containers[0]
+	c = objects.Deployment(obj, objects.Options{}).Spec.Template.Spec.Containers[0]
 	env = envMap(c.Env)
 	if env[envvars.Ordering] != "Key" || env[envvars.MaxInFlight] != "128" {
 		t.Errorf("ordering %q maxInFlight %q, want Key and 128", env[envvars.Ordering], env[envvars.MaxInFlight])
@@ -214,8 +215,14 @@ func TestBuildDeploymentOrderingAndMemoryLimit(t *testing.T) {
 
 func TestConsumerEnvNamesAreTheConsumersOwn(t *testing.T) {
 	// The builder names variables only through consumer/envvars; a literal
-	// CONSUMER_ name in this package would bypass the shared contract.
+	// CONSUMER_ name in this package or the builders' would bypass the
+	// shared contract.
 	files, _ := filepath.Glob("*.go")
+	builders, _ := filepath.Glob(filepath.Join("objects", "*.go"))
+	if !slices.Contains(builders, filepath.Join("objects", "deployment.go")) {
+		t.Fatalf("the Deployment builder is not where this test looks: %q", builders)
+	}
+	files = append(files, builders...)
 	re := regexp.MustCompile(`"CONSUMER_[A-Z_]+"`)
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {

@@ -39,6 +39,7 @@ import (
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/version"
 	"github.com/idempotency-dev/operator/controllers"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // config is what the command line asks for.
@@ -122,7 +123,7 @@ func parseFlags() (*config, error) {
 	flag.BoolVar(&cfg.leaderElect, "leader-elect", false, "Elect a leader, so only one replica reconciles at a time.")
 	flag.StringVar(&cfg.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; empty means the pod's namespace.")
 	flag.BoolVar(&cfg.printVersion, "version", false, "Print the version and exit.")
-	flag.StringVar(&opts.ConsumerImage, "consumer-image", controllers.DefaultConsumerImage,
+	flag.StringVar(&opts.ConsumerImage, "consumer-image", objects.DefaultConsumerImage,
 		"Consumer image used when spec.consumer.image is empty; the default is the consumer released with this operator.")
 	flag.DurationVar(&opts.MaintenanceLead, "maintenance-lead", 5*time.Minute, "How long before a partition boundary maintenance runs.")
 	flag.DurationVar(&opts.MaxRequeue, "max-requeue", 24*time.Hour, "Longest wait between two reconciles of one object.")

@@ -52,6 +52,7 @@ import (
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer"
 	"github.com/idempotency-dev/operator/controllers"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 const runbookBase = "https://github.com/idempotency-dev/operator/blob/main/docs/runbooks.md#"
@@ -725,7 +726,7 @@ func TestKustomization(t *testing.T) {
 	// The PodMonitor must select the operator's consumer pods on their port.
 	obj := &kafkav1alpha1.IdempotentConsumer{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "shop", UID: "u1"}}
 	obj.Spec.Consumer.Sink.Type = kafkav1alpha1.SinkLog
-	dep := controllers.BuildDeployment(obj, controllers.BuildOptions{})
+	dep := objects.Deployment(obj, objects.Options{})
 	pm := objs["PodMonitor"]
 	sel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
 	if len(sel) == 0 {
@@ -754,14 +755,14 @@ func TestKustomization(t *testing.T) {
 		t.Errorf("PodMonitor scrapes port %v path %v; the consumer container serves /metrics on its named port", pe["port"], pe["path"])
 	}
 	// `name` comes from the instance label, which carries the object's name.
-	wantSource := "__meta_kubernetes_pod_label_" + strings.NewReplacer(".", "_", "/", "_", "-", "_").Replace(controllers.LabelInstance)
+	wantSource := "__meta_kubernetes_pod_label_" + strings.NewReplacer(".", "_", "/", "_", "-", "_").Replace(objects.LabelInstance)
 	relabeled := false
 	for _, rl := range pe["relabelings"].([]any) {
 		m := rl.(map[string]any)
 		src, _ := m["sourceLabels"].([]any)
 		relabeled = relabeled || m["targetLabel"] == "name" && len(src) == 1 && src[0] == wantSource
 	}
-	if !relabeled || dep.Spec.Template.Labels[controllers.LabelInstance] != obj.Name {
+	if !relabeled || dep.Spec.Template.Labels[objects.LabelInstance] != obj.Name {
 		t.Errorf("the PodMonitor must copy %s (the object's name) into the label `name`", wantSource)
 	}
 }

@@ -48,7 +48,7 @@ func (pg *Postgres) StartStandby(opts ...PostgresOption) (*Postgres, error) {
 	cmd.Dir = sb.dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		sb.removeDir()
-		return nil, fmt.Errorf("pg_basebackup: %w: %s", err, redact(errors.New(tail(out, 2000)), pg.password))
+		return nil, fmt.Errorf("pg_basebackup: %w: %s", err, redact(errors.New(tail(out, 2000)), pg.password).Error())
 	}
 	if err := sb.Start(); err != nil {
 		sb.removeDir()

@@ -52,6 +52,9 @@ func (e *Engine) Adopt(ctx context.Context, owner, from string) (AdoptResult, er
 		err = e.ensurePositions(ctx) // positions.go; it follows the dedup table's owner
 	}
 	if err == nil {
+		err = e.ensureClaim(ctx) // claim.go
+	}
+	if err == nil {
 		e.setOwner(owner)
 	}
 	return res, err

@@ -149,7 +149,9 @@ AS $idempotency_claim$%s$idempotency_claim$`, pgx.Identifier{t.Schema, one.name}
 //     the table has a partitioned partition or the transaction claimed on
 //     the table before (a transaction-local setting marks that); the first
 //     claim of a transaction takes the lock afresh, which refreshes the
-//     descriptor. When the block catches 23514 it records the ids one at a
+//     descriptor. Likewise under REPEATABLE READ and SERIALIZABLE, where the
+//     statement runs with the transaction's snapshot, which can predate a
+//     plain DETACH that the descriptor already reflects. When the block catches 23514 it records the ids one at a
 //     time and reports those refused as outside_window.
 func claimBody(t Table) string {
 	parent := pgx.Identifier{t.Schema, t.Name}.Sanitize()
@@ -249,9 +251,11 @@ BEGIN{scope_check}
     RETURN;
   END IF;
   -- Careful (the insert in a subtransaction) unless this is the
-  -- transaction's first claim on the table and no partition is itself
+  -- transaction's first claim on the table, under READ COMMITTED (a
+  -- transaction snapshot can predate a DETACH), and no partition is itself
   -- partitioned (its own partitions may leave gaps inside its bounds).
   _careful := coalesce(pg_catalog.current_setting({setting}, true), '') <> ''
+    OR pg_catalog.current_setting('transaction_isolation') <> 'read committed'
     OR EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i
                  JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
                 WHERE i.inhparent = (SELECT p.oid FROM pg_catalog.pg_class p

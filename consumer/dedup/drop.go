@@ -47,6 +47,11 @@ func (e *Engine) dropTable(ctx context.Context, conn *pgx.Conn, owner string) er
 	if err := e.dropPositions(ctx, conn); err != nil {
 		return fmt.Errorf("dropping table %s: %w", e.table, err)
 	}
+	// DROP TABLE leaves the claim functions; left over, they would block a
+	// later DROP SCHEMA without CASCADE.
+	if err := e.dropClaim(ctx, conn); err != nil {
+		return fmt.Errorf("dropping table %s: %w", e.table, err)
+	}
 	// One partition per statement, then the parent: dropping a table frees
 	// its files at commit, which takes time in proportion to their size, and
 	// each statement must fit in the statement timeout. A run cut short

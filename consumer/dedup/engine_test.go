@@ -37,6 +37,11 @@ func TestEnsureTable(t *testing.T) {
 	if err := e.EnsureTable(ctx, testOwner); err != nil {
 		t.Fatalf("second EnsureTable: %v", err)
 	}
+	var claims int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE pronamespace = 'dedup'::regnamespace
+		AND proname IN ('processed_event_claim', 'processed_event_claim_one')`).Scan(&claims); err != nil || claims != 2 {
+		t.Fatalf("after EnsureTable: %d claim functions (err %v), want 2", claims, err)
+	}
 
 	t.Run("another owner is refused", func(t *testing.T) {
 		err := e.EnsureTable(ctx, "someone-else")
@@ -99,6 +104,13 @@ func TestEnsureTable(t *testing.T) {
 		}
 		if st, err := e.Observe(ctx); err != nil || st.Exists {
 			t.Fatalf("after DropTable: exists=%v err=%v", st.Exists, err)
+		}
+		// DROP TABLE leaves functions behind; DropTable must drop the claim
+		// functions itself, or a later DROP SCHEMA without CASCADE fails.
+		var left int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE pronamespace = 'dedup'::regnamespace
+			AND proname IN ('processed_event_claim', 'processed_event_claim_one')`).Scan(&left); err != nil || left != 0 {
+			t.Fatalf("after DropTable: %d claim functions left (err %v), want 0", left, err)
 		}
 		if err := e.DropTable(ctx, testOwner); err != nil {
 			t.Fatalf("DropTable of a missing table = %v, want nil", err)

@@ -14,7 +14,14 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package controllers
+// Package objects holds the operator's object builders: the consumer
+// Deployment (with its environment, from consumer/envvars), the KEDA
+// ScaledObject and TriggerAuthentication, and the pod Pod Security admission
+// is asked about. They are pure functions of an IdempotentConsumer and a few
+// options, with no client, clock or randomness, so they are tested as plain
+// functions and reused by tests outside controllers/ (config/); the
+// reconciler in controllers/ decides when to apply what they return.
+package objects
 
 import (
 	"crypto/sha256"
@@ -72,7 +79,7 @@ const (
 
 // Consumer container constants.
 const (
-	consumerContainer = "consumer"
+	ConsumerContainer = "consumer"
 	consumerPort      = 8080
 	consumerPortName  = "http"
 	tlsMountDir       = "/etc/idempotency/kafka-tls"
@@ -80,9 +87,20 @@ const (
 	consumerUID       = 65532 // the distroless "nonroot" user
 )
 
+// deploymentSuffix ends the name of every consumer Deployment.
+const deploymentSuffix = "-consumer"
+
 // DeploymentName is the consumer Deployment's name for an object.
 func DeploymentName(obj *kafkav1alpha1.IdempotentConsumer) string {
-	return obj.Name + "-consumer"
+	return obj.Name + deploymentSuffix
+}
+
+// ConsumerNameOf is the inverse of DeploymentName: the name of the object
+// whose consumer Deployment would be called deployment, and whether there is
+// one.
+func ConsumerNameOf(deployment string) (string, bool) {
+	name, ok := strings.CutSuffix(deployment, deploymentSuffix)
+	return name, ok && name != ""
 }
 
 // SelectorLabels select the consumer pods of one object. They are part of
@@ -94,8 +112,8 @@ func SelectorLabels(obj *kafkav1alpha1.IdempotentConsumer) map[string]string {
 	}
 }
 
-// BuildOptions are the inputs of BuildDeployment besides the object.
-type BuildOptions struct {
+// Options are the inputs of Deployment besides the object.
+type Options struct {
 	// DefaultImage is used when spec.consumer.image is empty.
 	DefaultImage string
 	// ConfigHash goes into the pod template (see AnnotationConfigHash).
@@ -105,11 +123,11 @@ type BuildOptions struct {
 	Autoscaled bool
 }
 
-// BuildDeployment returns the consumer Deployment for obj. It is a pure
+// Deployment returns the consumer Deployment for obj. It is a pure
 // function of its inputs: no client, no clock, no randomness. The result
 // carries a controller owner reference to obj (which must have a UID), so
 // the Deployment is garbage-collected with it.
-func BuildDeployment(obj *kafkav1alpha1.IdempotentConsumer, opts BuildOptions) *appsv1.Deployment {
+func Deployment(obj *kafkav1alpha1.IdempotentConsumer, opts Options) *appsv1.Deployment {
 	selector := SelectorLabels(obj)
 	labels := map[string]string{
 		LabelComponent: "consumer",
@@ -160,7 +178,7 @@ func BuildDeployment(obj *kafkav1alpha1.IdempotentConsumer, opts BuildOptions) *
 	if opts.Autoscaled {
 		dep.Spec.Replicas = nil
 	}
-	dep.Annotations = map[string]string{AnnotationSpecHash: specHash(dep)}
+	dep.Annotations = map[string]string{AnnotationSpecHash: SpecHash(dep)}
 	return dep
 }
 
@@ -250,7 +268,7 @@ func buildConsumerContainer(spec kafkav1alpha1.ConsumerSpec, defaultImage string
 		}
 	}
 	return corev1.Container{
-		Name:            consumerContainer,
+		Name:            ConsumerContainer,
 		Image:           image,
 		ImagePullPolicy: spec.ImagePullPolicy,
 		Env:             env,
@@ -274,8 +292,8 @@ func buildConsumerContainer(spec kafkav1alpha1.ConsumerSpec, defaultImage string
 	}
 }
 
-// specHash hashes the built Deployment's labels and spec.
-func specHash(dep *appsv1.Deployment) string {
+// SpecHash hashes the built Deployment's labels and spec.
+func SpecHash(dep *appsv1.Deployment) string {
 	b, _ := json.Marshal(struct {
 		Labels map[string]string
 		Spec   appsv1.DeploymentSpec
@@ -314,7 +332,7 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 		// The consumer sizes its prefetch and batches, and the Go runtime's
 		// memory limit, to the container's memory limit.
 		{Name: envvars.MemoryLimit, ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
-			ContainerName: consumerContainer, Resource: "limits.memory",
+			ContainerName: ConsumerContainer, Resource: "limits.memory",
 		}}},
 	}
 	if o := obj.Spec.Consumer.Ordering; o != "" {
@@ -353,14 +371,14 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 	if ref := obj.Spec.Database.CASecretRef; ref != nil {
 		// pgx reads these as sslrootcert and sslmode unless the URL sets
 		// them; the operator refuses a URL that sets either against a CA
-		// (see parsePoolConfig), so the consumer verifies as the operator does.
-		volumes = append(volumes, corev1.Volume{Name: pgCAVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		// (see parsePoolConfig in controllers/dbtls.go), so the consumer verifies as the operator does.
+		volumes = append(volumes, corev1.Volume{Name: PGCAVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName:  ref.Name,
 			Items:       []corev1.KeyToPath{{Key: ref.Key, Path: pgCAFile}},
 			DefaultMode: ptr.To(int32(0o440)),
 		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: pgCAVolume, MountPath: pgCAMountDir, ReadOnly: true})
-		env = append(env, val(envPGSSLRootCert, path.Join(pgCAMountDir, pgCAFile)), val(envPGSSLMode, "verify-full"))
+		mounts = append(mounts, corev1.VolumeMount{Name: PGCAVolume, MountPath: pgCAMountDir, ReadOnly: true})
+		env = append(env, val(EnvPGSSLRootCert, path.Join(pgCAMountDir, pgCAFile)), val(EnvPGSSLMode, "verify-full"))
 	}
 	if t := k.TLS; t != nil {
 		env = append(env, val(envvars.TLSEnabled, "true"))
@@ -403,3 +421,16 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 	}
 	return env, volumes, mounts
 }
+
+// Environment variables the consumer Deployment sets for a PostgreSQL CA.
+// pgx (like libpq) reads them as sslrootcert and sslmode when the URL does
+// not set those keys itself, so every consumer built on pgx or libpq uses
+// the mounted CA without knowing about it.
+const (
+	EnvPGSSLRootCert = "PGSSLROOTCERT"
+	EnvPGSSLMode     = "PGSSLMODE"
+	// pgCAMountDir holds the CA file in the consumer container.
+	pgCAMountDir = "/etc/idempotency/postgres-tls"
+	PGCAVolume   = "postgres-ca"
+	pgCAFile     = "ca.crt"
+)
