@@ -31,6 +31,7 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/dedup"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update
@@ -82,7 +83,7 @@ func (r *IdempotentConsumerReconciler) reconcileApplicationSecret(ctx context.Co
 	name := obj.ApplicationSecretName()
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: name}
 	want := applicationSecretData(obj)
-	labels := map[string]string{LabelApplicationSecret: "true", LabelManagedBy: ManagedByValue, LabelInstance: obj.Name}
+	labels := map[string]string{LabelApplicationSecret: "true", objects.LabelManagedBy: objects.ManagedByValue, objects.LabelInstance: obj.Name}
 
 	// Secrets are not cached (only their metadata is watched): read from
 	// the API server.

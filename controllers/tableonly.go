@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
 // Table only: an object without spec.consumer gets its table, partitions
@@ -56,7 +57,7 @@ func (r *IdempotentConsumerReconciler) reconcileWorkload(ctx context.Context, s 
 // object does not control is left alone.
 func (r *IdempotentConsumerReconciler) removeConsumer(ctx context.Context, s *reconcileState) error {
 	obj := s.obj
-	name := DeploymentName(obj)
+	name := objects.DeploymentName(obj)
 	dep := &appsv1.Deployment{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: name}, dep)
 	switch {

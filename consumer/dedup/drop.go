@@ -39,8 +39,9 @@ func (e *Engine) dropTable(ctx context.Context, conn *pgx.Conn, owner string) er
 	if len(st.Foreign) > 0 {
 		return fmt.Errorf("dropping table %s: foreign partitions attached (%s); detach them first", e.table, strings.Join(st.Foreign, ", "))
 	}
-	// The registry and positions go first: a run cut short after them leaves a table
-	// that EnsureTable completes again, never positions without a table.
+	// The registry and positions go first: a run cut short after them
+	// leaves a table that EnsureTable (and Register) complete again, never
+	// positions or a registry without a table.
 	if err := e.dropUsers(ctx, conn); err != nil { // registry.go: a shared table's
 		return fmt.Errorf("dropping table %s: %w", e.table, err)
 	}
