@@ -146,9 +146,17 @@ func (r *IdempotentConsumerReconciler) reconcileSharing(ctx context.Context, s *
 	case errors.As(err, &inUse):
 		s.databaseOK = false
 		obj.Status.SharedTable = nil
-		r.databaseNotReady(ctx, s, kafkav1alpha1.ReasonConsumerGroupInUse, fmt.Sprintf(
-			"Consumer group %q is already registered on shared table %s by %s: each object on a shared table needs its own consumer group, or the two would share one dedup history. Choose another kafka.groupID (a new object), or delete %s",
-			inUse.Group, inUse.Table, inUse.Holder, inUse.Holder), false)
+		msg := fmt.Sprintf("Consumer group %q is already registered on shared table %s by %s: each object on a shared table needs its own consumer group, or the two would share one dedup history. Choose another kafka.groupID (a new object), or delete %s",
+			inUse.Group, inUse.Table, inUse.Holder, inUse.Holder)
+		if inUse.Holder == obj.Namespace+"/"+obj.Name {
+			// A predecessor of this name that was deleted without reaching
+			// the database (its Secret gone) could not unregister. It may
+			// also be an object of this name in another cluster: only a
+			// person can tell, so the row is not taken over.
+			msg = fmt.Sprintf("Consumer group %q is registered on shared table %s by an earlier object named %s (UID %s), not this one: one deleted while it could not reach the database, or one of that name in another cluster. If it is gone, delete its registration: DELETE FROM %s.%s WHERE user_id = '%s'",
+				inUse.Group, inUse.Table, inUse.Holder, inUse.ID, tableOf(obj).WithDefaults().Schema, dedup.UsersTableName(tableOf(obj)), inUse.ID)
+		}
+		r.databaseNotReady(ctx, s, kafkav1alpha1.ReasonConsumerGroupInUse, msg, false)
 		return nil
 	case err != nil:
 		s.databaseOK = false
@@ -214,6 +222,10 @@ func (r *IdempotentConsumerReconciler) leaveSharedTable(ctx context.Context, obj
 		r.event(obj, corev1.EventTypeNormal, ReasonTableDropped, actionDelete,
 			fmt.Sprintf("Dropped shared table %s: this object was its last user (deletionPolicy Delete)", table))
 		logger.Info("Dropped shared table: last user", "table", table.String())
+	case !res.WasRegistered:
+		r.event(obj, corev1.EventTypeNormal, ReasonTableReleased, actionDelete,
+			fmt.Sprintf("This object was not registered on shared table %s (it never got that far); the table is left as it is", table))
+		logger.Info("Deleted before registering on the shared table", "table", table.String())
 	case len(res.Remaining) > 0:
 		others := make([]string, len(res.Remaining))
 		for i, u := range res.Remaining {

@@ -361,6 +361,25 @@ func testSharedTable(t *testing.T, te *testEnv) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("a stale registration of this name says how to remove it", func(t *testing.T) {
+		if _, err := conn.Exec(context.Background(), `INSERT INTO public.shared_event_users
+			(user_id, consumer_group, object, retention_seconds, premake, drop_on_delete) VALUES ('gone-uid', 'ghost', $1, 3600, 1, false)`, ns+"/ghost"); err != nil {
+			t.Fatal(err)
+		}
+		te.create(t, newConsumer(ns, "ghost", tableOnly, withTable(table), shared("ghost")))
+		got := te.waitCondition(t, ns, "ghost", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, kafkav1alpha1.ReasonConsumerGroupInUse)
+		if msg := got.GetCondition(kafkav1alpha1.ConditionDatabaseReady).Message; !strings.Contains(msg, "DELETE FROM public.shared_event_users WHERE user_id = 'gone-uid'") {
+			t.Errorf("message %q does not say how to remove the stale registration", msg)
+		}
+		if _, err := conn.Exec(context.Background(), `DELETE FROM public.shared_event_users WHERE user_id = 'gone-uid'`); err != nil {
+			t.Fatal(err)
+		}
+		te.poke(t, ns, "ghost")
+		te.waitReady(t, ns, "ghost")
+		if err := te.c.Delete(context.Background(), got); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("an exclusive object is refused with what to do", func(t *testing.T) {
 		te.create(t, newConsumer(ns, "loner", tableOnly, withTable(table), func(o *kafkav1alpha1.IdempotentConsumer) { o.Spec.Kafka.GroupID = "loner" }))
 		got := te.waitCondition(t, ns, "loner", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, kafkav1alpha1.ReasonTableClaimed)

@@ -183,8 +183,8 @@ type LeaveResult struct {
 	WasRegistered bool
 }
 
-// Leave unregisters id from the shared table. When no user remains and drop
-// is set, it drops the table as DropTable does (its partitions, positions
+// Leave unregisters id from the shared table. When id was registered, no
+// user remains and drop is set, it drops the table as DropTable does (its partitions, positions
 // and registry). A missing table is not an error. Like Register it runs
 // under the table's advisory lock: a user registering at the same time
 // either comes first (and the table stays) or finds the table gone and
@@ -222,7 +222,10 @@ func (e *Engine) Leave(ctx context.Context, id string, drop bool) (LeaveResult, 
 			return res, fmt.Errorf("leaving %s: %w", e.table, err)
 		}
 	}
-	if len(res.Remaining) > 0 || !drop {
+	// Only the last user's leaving drops the table: one that never
+	// registered (deleted before it got that far) leaves it as it is, also
+	// when nobody is registered any more (the last user kept it).
+	if len(res.Remaining) > 0 || !drop || !res.WasRegistered {
 		return res, nil
 	}
 	if err := e.dropTable(ctx, conn, SharedOwner(e.table)); err != nil {

@@ -161,6 +161,11 @@ func TestLeaveWithoutDropKeepsTable(t *testing.T) {
 	if err != nil || !st.Exists {
 		t.Fatalf("table after the last user left without drop: %+v, %v", st, err)
 	}
+	// One that never registered, leaving with drop, does not drop a table
+	// the last user kept.
+	if lr, err := e.Leave(ctx, "uid-never", true); err != nil || lr.Dropped || lr.WasRegistered {
+		t.Fatalf("Leave of an unregistered user with drop: %+v, %v; want the table kept", lr, err)
+	}
 	if users, err := e.Register(ctx, User{ID: "uid-b", Group: "g", Object: "ns/b", Retention: time.Hour, Premake: 1}); err != nil || len(users) != 1 {
 		t.Fatalf("a new user takes the group of one that left: %+v, %v", users, err)
 	}
