@@ -35,7 +35,7 @@ type Consumer struct {
 	// external is set instead of handler by NewExternal; inFlight is its
 	// MaxInFlight semaphore and claims its in-process id claims (claims.go).
 	external ExternalHandler
-	inFlight chan struct{}
+	inFlight *slots
 	claims   *claims
 	xm       *xmetrics
 	// mem is the process-wide memory budget (membudget.go).
@@ -330,7 +330,8 @@ func (c *Consumer) close() {
 }
 
 // setup waits until the database answers, the dedup table and its positions
-// table exist and both topics exist, reporting not ready meanwhile. It returns
+// table exist, the role may use them (dedup.CheckAccess) and both topics
+// exist, reporting not ready meanwhile. It returns
 // false if ctx ended, and an error for a table of the other scope, which no
 // wait can fix.
 func (c *Consumer) setup(ctx context.Context) (bool, error) {
@@ -381,7 +382,12 @@ func (c *Consumer) checkDatabase(ctx context.Context) error {
 	if err := dedup.CheckScope(ctx, c.pool, c.cfg.Table); err != nil {
 		return err
 	}
-	return c.positions.Check(ctx, c.pool)
+	if err := c.positions.Check(ctx, c.pool); err != nil {
+		return err
+	}
+	// A role without its grants would fail every batch; the owner may
+	// still grant them, so this is a wait, not a terminal error.
+	return dedup.CheckAccess(ctx, c.pool, c.cfg.Table, c.cfg.Group, c.handler != nil)
 }
 
 // checkDurability reports, in the log and the database_durability_risk

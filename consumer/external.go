@@ -103,7 +103,7 @@ func NewExternal(cfg Config, h ExternalHandler) (*Consumer, error) {
 		return nil, err
 	}
 	c.external = h
-	c.inFlight = make(chan struct{}, c.cfg.MaxInFlight)
+	c.inFlight = newSlots(c.cfg.MaxInFlight)
 	c.claims = newClaims()
 	return c, nil
 }
@@ -126,6 +126,7 @@ const (
 	outFailed                       // attempts used up, or Permanent: the handler_failed policy applies
 	outDuplicate                    // another record with the same id succeeded first (claims.go)
 	outAbandoned                    // the partition was revoked or shutdown ran out of time
+	outMustCall                     // a copy waited off its lane: its id's first record failed or was given up (claims.go)
 )
 
 // callExternal runs the handler for r with retries, holding a MaxInFlight
@@ -140,15 +141,14 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 	bo := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
 	unavail := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for attempt := 1; ; {
-		select {
-		case c.inFlight <- struct{}{}:
-		case <-ctx.Done():
+		if !c.inFlight.acquire(ctx, r.prio) {
 			return outAbandoned
 		}
 		c.xm.calls.WithLabelValues(c.cfg.Topic).Inc()
+		began := time.Now()
 		err := p.invoke(hctx, &r.ev)
+		c.inFlight.release(time.Since(began))
 		c.xm.calls.WithLabelValues(c.cfg.Topic).Dec()
-		<-c.inFlight
 		if err == nil {
 			if c.health.ok(compHandler) > 0 {
 				p.w.log.Info("the handler's dependency is available again")

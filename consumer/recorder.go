@@ -8,56 +8,111 @@ import (
 	"github.com/google/uuid"
 )
 
-// flush makes the window's outcomes durable, in the order that keeps a crash
-// at any point safe: the successful ids and the partition's position in one
-// short transaction, then the dead letters, then the Kafka offset up to the
-// contiguous prefix of records that are done. The prefix is then removed
-// from the window.
-func (p *xpart) flush() error {
-	w, c := p.w, p.c
-	var ids []uuid.UUID
-	var succ []*xrec
+// recJob is one recording job of a partition: the ids of the succeeded
+// records (succ), the failed records to dead-letter, and the contiguous
+// prefix of the window that is done once they are (k records, the next
+// offset after them: next, -1 if none).
+type recJob struct {
+	ids    []uuid.UUID
+	succ   []*xrec
+	failed []*xrec
+	k      int
+	next   int64
+	hw     int64
+	err    error
+}
+
+// startRecording starts a recording job for what the window holds finished,
+// on a goroutine of its own (one job at a time per partition): the session's
+// loop goes on starting calls while it runs. It makes the outcomes durable
+// in the order that keeps a crash at any point safe: the successful ids and
+// the partition's position in one short transaction, then the dead letters,
+// then the Kafka offset up to the contiguous prefix of records that are
+// done. The loop removes the prefix from the window when the job is over
+// (recorded).
+func (p *xpart) startRecording() error {
+	job := &recJob{next: -1}
+	head := true
 	for _, r := range p.window {
-		if r.status == xSucceeded {
-			ids = append(ids, r.ev.ID)
-			succ = append(succ, r)
+		switch r.status {
+		case xSucceeded:
+			job.ids = append(job.ids, r.ev.ID)
+			job.succ = append(job.succ, r)
+			r.status = xRecording
+		case xFailed:
+			job.failed = append(job.failed, r)
+			r.status = xRecording
+		case xDone:
+		default:
+			head = false
+		}
+		if head {
+			job.k++
 		}
 	}
-	k := 0
-	for k < len(p.window) {
-		if s := p.window[k].status; s != xSucceeded && s != xFailed && s != xDone {
-			break
-		}
-		k++
+	if job.k > 0 {
+		last := p.window[job.k-1].msg
+		job.next, job.hw = last.Offset+1, last.HighWaterMark
 	}
-	if len(ids) == 0 && k == 0 {
+	if len(job.ids) == 0 && len(job.failed) == 0 && job.k == 0 {
 		return nil
 	}
-	next := int64(-1)
-	if k > 0 {
-		next = p.window[k-1].msg.Offset + 1
-	}
-	if len(ids) > 0 || (next >= 0 && next != w.dbPos) {
+	p.recBusy = true
+	go func() {
+		job.err = p.runJob(job)
+		p.recRes <- job
+	}()
+	return nil
+}
+
+// runJob runs a recording job. It touches no session state but the
+// partition's position (w.dbPos) and p.committed, which only recording jobs
+// use while a session runs, one at a time.
+func (p *xpart) runJob(job *recJob) error {
+	w, c := p.w, p.c
+	if len(job.ids) > 0 || (job.next >= 0 && job.next != w.dbPos) {
 		if h := c.hooks.beforeRecord; h != nil {
-			if err := h(w.partition, ids); err != nil {
+			if err := h(w.partition, job.ids); err != nil {
 				return err
 			}
 		}
-		if err := p.record(ids, succ, next); err != nil {
+		if err := p.record(job.ids, job.succ, job.next); err != nil {
 			return err
 		}
 	}
-	if err := p.deadLetters(); err != nil {
-		return err
+	if len(job.failed) > 0 {
+		items := make([]item, len(job.failed))
+		for i, r := range job.failed {
+			items[i] = r.item
+		}
+		if err := w.deadLetter(items); err != nil {
+			return err
+		}
 	}
-	if next > p.committed {
-		hw := p.window[k-1].msg.HighWaterMark
-		ok := w.commit(next, hw)
-		p.committed = next
+	if job.next > p.committed {
+		ok := w.commit(job.next, job.hw)
+		p.committed = job.next
 		if !ok && w.genCtx.Err() == nil {
 			return errAbandoned
 		}
 	}
+	return nil
+}
+
+// recorded takes a finished job back into the loop: its records are done,
+// and the done prefix leaves the window.
+func (p *xpart) recorded(job *recJob) error {
+	if job.err != nil {
+		return job.err
+	}
+	c := p.c
+	for _, r := range job.succ {
+		r.status = xDone
+	}
+	for _, r := range job.failed {
+		r.status = xDone
+	}
+	k := job.k
 	for _, r := range p.window[:k] {
 		if r.claim != nil && r.owner {
 			c.claims.release(r.ev.ID, r.claim)
@@ -65,7 +120,11 @@ func (p *xpart) flush() error {
 		p.bytes.Add(-r.size)
 		p.w.mem.releaseRecord(&r.msg)
 		p.countDone(r)
-		<-p.room
+		if r.lent {
+			p.lent--
+		} else {
+			<-p.room
+		}
 	}
 	select {
 	case p.freed <- struct{}{}:
@@ -77,13 +136,14 @@ func (p *xpart) flush() error {
 }
 
 // record runs the recording transaction, retrying while the generation lasts
-// (after it ended, once). next < 0 records no position.
+// (after it ended, once). next < 0 records no position. Once it commits,
+// records of other partitions waiting for these ids (claims) are released.
 func (p *xpart) record(ids []uuid.UUID, succ []*xrec, next int64) error {
 	w, c := p.w, p.c
 	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {
 		start := time.Now()
-		err := p.recordOnce(ids, succ, next)
+		outside, err := p.recordOnce(ids, succ, next)
 		if err == nil {
 			c.metrics.txSeconds.Observe(time.Since(start).Seconds())
 			c.health.dbSucceeded()
@@ -93,8 +153,10 @@ func (p *xpart) record(ids []uuid.UUID, succ []*xrec, next int64) error {
 			if next >= 0 {
 				w.dbPos = next
 			}
-			for _, r := range succ {
-				r.status = xDone
+			for i, r := range succ {
+				if r.claim != nil && r.owner {
+					c.claims.resolve(r.ev.ID, r.claim, outside == nil || !outside[i])
+				}
 			}
 			c.xm.records.WithLabelValues(c.cfg.Topic).Add(float64(len(ids)))
 			return nil
@@ -114,29 +176,30 @@ func (p *xpart) record(ids []uuid.UUID, succ []*xrec, next int64) error {
 	}
 }
 
-// recordOnce is one attempt of the recording transaction.
-func (p *xpart) recordOnce(ids []uuid.UUID, succ []*xrec, next int64) error {
+// recordOnce is one attempt of the recording transaction. It returns which
+// ids were outside the dedup window (not recorded), nil if none was.
+func (p *xpart) recordOnce(ids []uuid.UUID, succ []*xrec, next int64) (outside []bool, err error) {
 	w, c := p.w, p.c
 	ctx, cancel := context.WithTimeout(w.hardCtx, 30*time.Second)
 	defer cancel()
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
-		return infra("beginning transaction: %w", err)
+		return nil, infra("beginning transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after Commit
 	if next >= 0 {
 		prev, ok, err := c.positions.Record(ctx, tx, c.cfg.Topic, w.partition, next)
 		if err != nil {
-			return infra("recording the partition's position: %w", err)
+			return nil, infra("recording the partition's position: %w", err)
 		}
 		if err := w.behind(prev, ok); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if len(ids) > 0 {
 		res, err := c.inserter.Insert(ctx, tx, ids)
 		if err != nil {
-			return infra("recording event ids: %w", err)
+			return nil, infra("recording event ids: %w", err)
 		}
 		for i, r := range succ {
 			if res.Outside[i] {
@@ -144,35 +207,14 @@ func (p *xpart) recordOnce(ids []uuid.UUID, succ []*xrec, next int64) error {
 				// happened, and its id can't be recorded.
 				w.log.Warn("a handled event's id left the dedup window before it was recorded; a redelivery of it would be called again",
 					"offset", r.ev.Offset, "eventId", r.ev.ID)
+				outside = res.Outside
 			}
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return infra("committing: %w", err)
+		return nil, infra("committing: %w", err)
 	}
-	return nil
-}
-
-// deadLetters writes the window's pending dead letters (acks=all).
-func (p *xpart) deadLetters() error {
-	var items []item
-	var recs []*xrec
-	for _, r := range p.window {
-		if r.status == xFailed {
-			items = append(items, r.item)
-			recs = append(recs, r)
-		}
-	}
-	if len(items) == 0 {
-		return nil
-	}
-	if err := p.w.deadLetter(items); err != nil {
-		return err
-	}
-	for _, r := range recs {
-		r.status = xDone
-	}
-	return nil
+	return outside, nil
 }
 
 // countDone updates metrics and logs a record's outcome once it is durable.

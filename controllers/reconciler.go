@@ -194,6 +194,7 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 	for _, phase := range []func(context.Context, *reconcileState) error{
 		r.reconcileDatabase,
 		r.reconcileSharing, // sharing.go
+		r.reconcileRoles,
 		r.reconcilePartitions,
 		r.reconcileApplicationSecret, // appsecret.go
 		r.decideAutoscaling,

@@ -142,11 +142,14 @@ func (r *IdempotentConsumerReconciler) readConsumerSecrets(ctx context.Context, 
 }
 
 // secretRefs lists every Secret key an object references: the database URL
-// first, then its CA, then Kafka TLS and SASL, then the HTTP sink's
-// authorization.
+// first, then its CA, the consumer's own database URL, then Kafka TLS and
+// SASL, then the HTTP sink's authorization.
 func secretRefs(obj *kafkav1alpha1.IdempotentConsumer) []kafkav1alpha1.SecretKeyRef {
 	refs := []kafkav1alpha1.SecretKeyRef{obj.Spec.Database.URLSecretRef}
 	if ref := obj.Spec.Database.CASecretRef; ref != nil {
+		refs = append(refs, *ref)
+	}
+	if ref := obj.Spec.Database.ConsumerURLSecretRef; ref != nil {
 		refs = append(refs, *ref)
 	}
 	refs = append(refs, kafkaSecretRefs(obj)...)

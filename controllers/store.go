@@ -29,7 +29,7 @@ import (
 )
 
 // TableStore is the reconciler's narrow view of one processed_event table:
-// everything it does to PostgreSQL goes through these five calls. The real
+// everything it does to PostgreSQL goes through these calls. The real
 // implementation is a *dedup.Engine; tests may wrap it to count or fail calls.
 type TableStore interface {
 	// EnsureTable creates the schema, table and ownership marker, or checks
@@ -49,6 +49,11 @@ type TableStore interface {
 	// Durability reads synchronous_commit and the standbys, for the
 	// DatabaseDurable condition.
 	Durability(ctx context.Context) (dedup.Durability, error)
+	// GrantConsumer gives the consumer's own role what the runtime of
+	// group needs on the table (spec.database.consumerURLSecretRef).
+	GrantConsumer(ctx context.Context, role, group string) (dedup.GrantResult, error)
+	// RevokeConsumer takes back what GrantConsumer gave role for group.
+	RevokeConsumer(ctx context.Context, role, group string) (dedup.GrantResult, error)
 }
 
 // StoreOpener returns the TableStore for a table in the database a

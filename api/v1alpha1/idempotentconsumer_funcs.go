@@ -66,6 +66,13 @@ const (
 	// ConditionAutoscalingReady: present only with spec.autoscaling; True
 	// when the KEDA ScaledObject is applied.
 	ConditionAutoscalingReady = "AutoscalingReady"
+	// ConditionDatabaseRoles: True when the consumer connects as a role of
+	// its own (spec.database.consumerURLSecretRef) holding only the grants
+	// the operator gave it. False says why not: SingleRole (no consumer URL:
+	// the consumer uses the table owner's), ConsumerRoleUnrestricted (its
+	// role owns the table, is a superuser or bypasses row-level security),
+	// or what stopped the grant.
+	ConditionDatabaseRoles = "DatabaseRoles"
 )
 
 // Condition reasons. Each failure has its own, so alerts and kubectl output
@@ -140,6 +147,14 @@ const (
 	ReasonScaledObjectNotReady = "ScaledObjectNotReady"
 	ReasonKEDANotInstalled     = "KEDANotInstalled"
 	ReasonScaledObjectConflict = "ScaledObjectNotOwned"
+
+	// DatabaseRoles (also SecretNotFound, SecretKeyMissing for its URL)
+	ReasonSeparateRoles            = "SeparateRoles"
+	ReasonSingleRole               = "SingleRole"
+	ReasonConsumerRoleUnrestricted = "ConsumerRoleUnrestricted"
+	ReasonInvalidConsumerURL       = "InvalidConsumerDatabaseURL"
+	ReasonConsumerRoleNotFound     = "ConsumerRoleNotFound"
+	ReasonGrantFailed              = "GrantFailed"
 )
 
 // Defaults, mirrored by the CRD's default markers; the getters below apply
@@ -339,4 +354,14 @@ func (iv PartitionInterval) Duration() time.Duration {
 	default:
 		return 24 * time.Hour
 	}
+}
+
+// ConsumerDatabaseURLRef is the Secret key holding the URL the consumer
+// connects with: spec.database.consumerURLSecretRef, or urlSecretRef (the
+// table owner's) without it.
+func (c *IdempotentConsumer) ConsumerDatabaseURLRef() SecretKeyRef {
+	if ref := c.Spec.Database.ConsumerURLSecretRef; ref != nil {
+		return *ref
+	}
+	return c.Spec.Database.URLSecretRef
 }

@@ -168,8 +168,9 @@ type KafkaSASL struct {
 type DatabaseSpec struct {
 	// urlSecretRef selects a Secret key holding a PostgreSQL connection URL
 	// (postgres://user:password@host:5432/db?sslmode=require). The operator uses
-	// it for DDL and the consumer for its transactions; it never appears in
-	// the object, in logs or in events.
+	// it for DDL (its role owns the table), and the consumer for its
+	// transactions unless consumerURLSecretRef gives it a role of its own;
+	// it never appears in the object, in logs or in events.
 	//
 	// Immutable: another Secret may point at another database, where this
 	// object's dedup history does not exist, and every event still in the
@@ -178,6 +179,27 @@ type DatabaseSpec struct {
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="database.urlSecretRef is immutable: another Secret may point at another database, without this object's dedup history, and every event still in the topic would be processed again. Rotate credentials by changing the Secret's value; to move to another database create a new IdempotentConsumer (docs/runbooks.md)"
 	URLSecretRef SecretKeyRef `json:"urlSecretRef"`
+
+	// consumerURLSecretRef selects a Secret key holding the connection URL
+	// the consumer pods use, as a PostgreSQL role of their own (create it
+	// with CREATE ROLE ... LOGIN; it needs no privilege of its own). The
+	// operator reads the role's name from the URL's user, never connects with
+	// it, and grants that role only what the consumer runtime needs on the
+	// table: USAGE on the schema, SELECT, INSERT and DELETE on the table,
+	// SELECT, INSERT and UPDATE on its positions table <table>_offsets,
+	// EXECUTE on its claim functions, and row-level security policies that
+	// limit it to this object's consumer group's rows (with scope Global the
+	// dedup rows are shared by every group and only the positions are
+	// limited). The role cannot DROP, TRUNCATE or ALTER the table or rewrite
+	// its ownership marker. The URL must name the same database as
+	// urlSecretRef, whose role owns the table and runs its DDL; that URL then
+	// never reaches the consumer pods. When the role changes, or this field
+	// is removed, the operator takes the grants of the previous role back.
+	// Absent: the consumer uses urlSecretRef too (one role for everything,
+	// fine for development), and the DatabaseRoles condition says so with
+	// reason SingleRole. docs/security.md shows the setup.
+	// +optional
+	ConsumerURLSecretRef *SecretKeyRef `json:"consumerURLSecretRef,omitempty"`
 
 	// caSecretRef selects a PEM CA bundle (one or more certificates) to
 	// verify the PostgreSQL server's certificate with, for a server whose

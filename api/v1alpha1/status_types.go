@@ -30,8 +30,9 @@ type IdempotentConsumerStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Ready (the summary), DatabaseReady, PartitionsReady,
-	// ConsumerReady (absent without spec.consumer), the kstatus conventions Reconciling and Stalled, and the
-	// warnings TopicRetentionCovered, ReplicasWithinPartitions and
+	// ConsumerReady (absent without spec.consumer), the kstatus conventions
+	// Reconciling and Stalled, and the warnings TopicRetentionCovered,
+	// ReplicasWithinPartitions, DatabaseDurable, DatabaseRoles and
 	// AutoscalingReady, which do not affect Ready.
 	// +optional
 	// +listType=map
@@ -88,6 +89,13 @@ type IdempotentConsumerStatus struct {
 	// +optional
 	ScaledObjectName string `json:"scaledObjectName,omitempty"`
 
+	// consumerRole is the database role the operator last granted the
+	// consumer's privileges to (spec.database.consumerURLSecretRef), and
+	// the consumer group its policies admit: what it takes back when either
+	// changes. Empty in the single-role setup.
+	// +optional
+	ConsumerRole *ConsumerRoleStatus `json:"consumerRole,omitempty"`
+
 	// applicationSecretName is the Secret "<name>-app" the operator keeps
 	// with what an application needs to use the table: the keys schema,
 	// table, scope, consumerGroup, claimFunction, claimOneFunction and
@@ -132,6 +140,15 @@ type SharedTableUser struct {
 	// premake it asked for.
 	// +optional
 	Premake int32 `json:"premake,omitempty"`
+}
+
+// ConsumerRoleStatus names the database role the consumer's privileges were
+// granted to and the consumer group its policies admit.
+type ConsumerRoleStatus struct {
+	// role is the PostgreSQL role (the user of the consumer's URL).
+	Role string `json:"role"`
+	// group is the consumer group whose rows its policies admit.
+	Group string `json:"group"`
 }
 
 // TopicStatus is what the brokers said about the topics.

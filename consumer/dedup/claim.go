@@ -20,7 +20,7 @@ import (
 //
 // Each input element gets one row, in input order, with one of the verdicts
 // below. The engine installs them with the table (EnsureTable) and replaces
-// them when their definition changes. docs/claim-function.md is the contract
+// them when their definition changes. docs/any-language.md ("The SQL contract") is the contract
 // for clients.
 
 // The verdicts of the claim functions.

@@ -321,7 +321,7 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 		val(envvars.Group, k.GroupID),
 		val(envvars.DeadLetterTopic, obj.DeadLetterTopic()),
 		val(envvars.ClientID, obj.Namespace+"."+obj.Name),
-		fromSecret(envvars.DatabaseURL, obj.Spec.Database.URLSecretRef),
+		fromSecret(envvars.DatabaseURL, obj.ConsumerDatabaseURLRef()),
 		val(envvars.TableSchema, obj.SchemaName()),
 		val(envvars.TableName, obj.TableName()),
 		val(envvars.DedupScope, string(obj.Scope())),

@@ -1,0 +1,538 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The consumer's role. The operator's role owns the table (it runs the DDL);
+// the consumer connects as a role of its own that may only do what the
+// runtime does: read and write rows through the parent table, read and write
+// its group's positions, call the claim function. GrantConsumer gives it
+// exactly that and nothing else:
+//
+//   - USAGE on the schema (when the role does not have it already);
+//   - SELECT, INSERT, DELETE on the dedup table (the parent only: PostgreSQL
+//     checks privileges on the table a statement names, not on the
+//     partitions its rows are routed to, so partitions made later by
+//     Maintain are usable at once and need no grant; the role gets no
+//     privilege on any partition, so it cannot read or write one directly);
+//   - SELECT, INSERT, UPDATE on the positions table <table>_offsets (Record
+//     upserts with SELECT ... FOR UPDATE; no DELETE);
+//   - EXECUTE on the table's claim functions, if there are any;
+//   - row-level security limiting the role to its own consumer group's rows:
+//     on the positions table always, and on the dedup table under
+//     ScopeConsumerGroup, where the key is (event_id, consumer_group). Under
+//     ScopeGlobal the key is the event id alone and every group shares it
+//     (an id any group inserts is a duplicate for all), so a row of the
+//     dedup table belongs to no group and no policy is added there; groups
+//     that share a Global table must trust each other.
+//
+// Ownership stays with the operator's role: the consumer's role cannot DROP,
+// TRUNCATE, ALTER, COMMENT ON (the ownership marker), create or attach a
+// partition, or change the policies. Owners and superusers bypass row-level
+// security, so the single-role setup (one URL for both) keeps working.
+
+// claimFunctionSuffixes name the table's claim functions (<table>_claim and
+// <table>_claim_one, every overload): the role gets EXECUTE on those present.
+var claimFunctionSuffixes = []string{claimSuffix, claimOneSuffix}
+
+// ErrRoleNotFound is wrapped by GrantConsumer when the consumer's role does
+// not exist: the operator does not create login roles.
+var ErrRoleNotFound = errors.New("role not found")
+
+// SchemaUsageError reports that the consumer's role has no USAGE on the
+// table's schema and the engine's role could not grant it (it neither owns
+// the schema nor holds USAGE WITH GRANT OPTION).
+type SchemaUsageError struct {
+	Schema string
+	Role   string
+}
+
+// Error names the grant a schema owner has to run.
+func (e *SchemaUsageError) Error() string {
+	return fmt.Sprintf("role %q has no USAGE on schema %s and the operator's role may not grant it; have the schema's owner run: GRANT USAGE ON SCHEMA %s TO %s",
+		e.Role, e.Schema, pgx.Identifier{e.Schema}.Sanitize(), pgx.Identifier{e.Role}.Sanitize())
+}
+
+// GrantResult reports what GrantConsumer did.
+type GrantResult struct {
+	// Unrestricted is non-empty when no policy holds the role back, and
+	// says why: it owns the table (the single-role setup) or is a superuser
+	// (nothing was granted: it needs nothing), or it bypasses row-level
+	// security (the privileges were granted; the policies do not bind it).
+	Unrestricted string
+	// Statements are the statements that were run, in order; empty when
+	// everything was in place already.
+	Statements []string
+}
+
+// ValidateRole checks a role name for GrantConsumer: 1 to MaxIdentifierLen
+// bytes without NUL. It is quoted with pgx.Identifier wherever it is used.
+func ValidateRole(role string) error {
+	switch {
+	case role == "":
+		return errors.New("invalid role: empty")
+	case len(role) > MaxIdentifierLen:
+		return fmt.Errorf("invalid role %q: %d bytes, at most %d", role, len(role), MaxIdentifierLen)
+	case strings.ContainsRune(role, 0):
+		return errors.New("invalid role: contains NUL")
+	}
+	return nil
+}
+
+// GrantConsumer gives role what the consumer runtime of group needs on the
+// table (see above), after EnsureTable or Adopt made the table and its
+// positions table. Each privilege and policy is checked first and only the
+// missing ones are granted or created, so calling it on every reconcile
+// changes nothing once they are in place. It runs under the table's advisory
+// lock.
+//
+// Creating a policy, and enabling row-level security the first time, takes
+// ACCESS EXCLUSIVE on the table for an instant; it runs under the engine's
+// lock_timeout and is retried like the other DDL (*LockError when the lock
+// stays busy), so inserts queue behind it for at most the lock timeout. It
+// happens once per role and group.
+//
+// Enabling row-level security on a table denies every role that is neither
+// its owner nor given a policy; roles granted access by hand (a reporting
+// role) need a policy of their own then.
+func (e *Engine) GrantConsumer(ctx context.Context, role, group string) (GrantResult, error) {
+	var res GrantResult
+	if err := ValidateRole(role); err != nil {
+		return res, fmt.Errorf("granting to the consumer's role on %s: %w", e.table, err)
+	}
+	if group == "" {
+		return res, fmt.Errorf("granting to role %q on %s: empty consumer group", role, e.table)
+	}
+	conn, release, err := e.session(ctx)
+	if err != nil {
+		return res, fmt.Errorf("granting to role %q on %s: %w", role, e.table, err)
+	}
+	defer release()
+	if err := e.grantConsumer(ctx, conn, role, group, &res); err != nil {
+		return res, fmt.Errorf("granting to role %q on %s: %w", role, e.table, err)
+	}
+	return res, nil
+}
+
+func (e *Engine) grantConsumer(ctx context.Context, conn *pgx.Conn, role, group string, res *GrantResult) error {
+	st, err := e.observe(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if !st.Exists {
+		return ErrTableNotFound
+	}
+	if st.Owner == "" {
+		return &OwnershipError{Table: e.table.String()}
+	}
+	if want := e.ensuredOwner(); want != "" && st.Owner != want {
+		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
+	}
+	if ok, err := e.checkPositions(ctx, conn); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("%w: %s.%s (EnsureTable creates it)", ErrPositionsTableMissing, e.table.Schema, e.positionsName())
+	}
+
+	var (
+		exists                 bool
+		owner, super, bypass   bool
+		usage, tblOK, posOK    bool
+		tblPrivs, posPrivs     []string
+		parentRLS, positionRLS bool
+	)
+	qctx, cancel := e.bounded(ctx)
+	defer cancel()
+	// One read of everything the role has: has_*_privilege counts grants to
+	// PUBLIC and through role membership, so nothing is granted twice.
+	err = conn.QueryRow(qctx, `
+WITH r AS (SELECT oid, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = $1),
+     t AS (SELECT c.oid, c.relowner, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $3),
+     p AS (SELECT c.oid, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $4)
+SELECT EXISTS (SELECT 1 FROM r),
+       coalesce((SELECT pg_has_role(r.oid, t.relowner, 'MEMBER') FROM r, t), false),
+       coalesce((SELECT rolsuper FROM r), false), coalesce((SELECT rolbypassrls FROM r), false),
+       coalesce((SELECT has_schema_privilege(r.oid, $2, 'USAGE') FROM r), false),
+       coalesce((SELECT has_table_privilege(r.oid, t.oid, 'SELECT') AND has_table_privilege(r.oid, t.oid, 'INSERT') AND has_table_privilege(r.oid, t.oid, 'DELETE') FROM r, t), false),
+       coalesce((SELECT has_table_privilege(r.oid, p.oid, 'SELECT') AND has_table_privilege(r.oid, p.oid, 'INSERT') AND has_table_privilege(r.oid, p.oid, 'UPDATE') FROM r, p), false),
+       ARRAY(SELECT pr FROM r, t, unnest(ARRAY['SELECT', 'INSERT', 'DELETE']) pr WHERE NOT has_table_privilege(r.oid, t.oid, pr)),
+       ARRAY(SELECT pr FROM r, p, unnest(ARRAY['SELECT', 'INSERT', 'UPDATE']) pr WHERE NOT has_table_privilege(r.oid, p.oid, pr)),
+       coalesce((SELECT relrowsecurity FROM t), false), coalesce((SELECT relrowsecurity FROM p), false)`,
+		role, e.table.Schema, e.table.Name, e.positionsName()).Scan(
+		&exists, &owner, &super, &bypass, &usage, &tblOK, &posOK, &tblPrivs, &posPrivs, &parentRLS, &positionRLS)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reading the role's privileges: %w", err)
+	}
+	switch {
+	case !exists:
+		return fmt.Errorf("%w: %q (create it with CREATE ROLE ... LOGIN, then give the consumer its URL)", ErrRoleNotFound, role)
+	case owner:
+		res.Unrestricted = "it owns the table"
+		return nil
+	case super:
+		res.Unrestricted = "it is a superuser"
+		return nil
+	}
+	if bypass {
+		// Grants are still due; only the policies do not hold it back.
+		res.Unrestricted = "it bypasses row-level security (BYPASSRLS)"
+	}
+	r := pgx.Identifier{role}.Sanitize()
+	run := func(op, sql string) error {
+		if err := e.ddl(ctx, conn, op, sql); err != nil {
+			return err
+		}
+		res.Statements = append(res.Statements, sql)
+		return nil
+	}
+
+	if !usage {
+		schema := pgx.Identifier{e.table.Schema}.Sanitize()
+		// A grantor without the right gets a WARNING, not an error: read
+		// the privilege again to know.
+		if err := run("granting USAGE on schema "+e.table.Schema, "GRANT USAGE ON SCHEMA "+schema+" TO "+r); err != nil {
+			return err
+		}
+		var ok bool
+		qctx, cancel := e.bounded(ctx)
+		err := conn.QueryRow(qctx, `SELECT has_schema_privilege($1, $2, 'USAGE')`, role, e.table.Schema).Scan(&ok)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("reading USAGE on schema %s: %w", e.table.Schema, err)
+		}
+		if !ok {
+			return &SchemaUsageError{Schema: e.table.Schema, Role: role}
+		}
+	}
+	// The policies come before the table privileges, so that the role never
+	// holds a privilege its policy does not limit yet.
+	lit, err := e.literal(ctx, conn, group)
+	if err != nil {
+		return err
+	}
+	var policies []string
+	if e.table.Scope == ScopeConsumerGroup {
+		if policies, err = e.policySQL(ctx, conn, e.table.Name, parentRLS, role, group, lit); err != nil {
+			return err
+		}
+	}
+	more, err := e.policySQL(ctx, conn, e.positionsName(), positionRLS, role, group, lit)
+	if err != nil {
+		return err
+	}
+	if policies = append(policies, more...); len(policies) > 0 {
+		// One string, one implicit transaction: each table's ACCESS
+		// EXCLUSIVE lock is taken once, and released at once.
+		if err := e.ddl(ctx, conn, "creating the consumer group policies", strings.Join(policies, ";\n")); err != nil {
+			return err
+		}
+		res.Statements = append(res.Statements, policies...)
+	}
+	if !tblOK {
+		if err := run("granting "+strings.Join(tblPrivs, ", ")+" on "+e.table.String(),
+			"GRANT "+strings.Join(tblPrivs, ", ")+" ON TABLE "+e.parent()+" TO "+r); err != nil {
+			return err
+		}
+	}
+	if !posOK {
+		if err := run("granting "+strings.Join(posPrivs, ", ")+" on "+e.positionsName(),
+			"GRANT "+strings.Join(posPrivs, ", ")+" ON TABLE "+e.positionsIdent()+" TO "+r); err != nil {
+			return err
+		}
+	}
+	if err := e.grantClaimFunctions(ctx, conn, role, run); err != nil {
+		return err
+	}
+
+	return nil
+}
+
+// grantClaimFunctions grants EXECUTE on every overload of the table's claim
+// functions the role may not execute yet.
+func (e *Engine) grantClaimFunctions(ctx context.Context, conn *pgx.Conn, role string, run func(op, sql string) error) error {
+	names := make([]string, 0, len(claimFunctionSuffixes))
+	for _, s := range claimFunctionSuffixes {
+		names = append(names, e.table.Name+s)
+	}
+	qctx, cancel := e.bounded(ctx)
+	rows, err := conn.Query(qctx, `
+SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '(' || pg_get_function_identity_arguments(p.oid) || ')'
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = $1 AND p.proname = ANY($2::text[]) AND NOT has_function_privilege($3, p.oid, 'EXECUTE')
+ ORDER BY 1`, e.table.Schema, names, role)
+	var fns []string
+	if err == nil {
+		fns, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	cancel()
+	if err != nil {
+		return fmt.Errorf("listing the claim functions: %w", err)
+	}
+	for _, fn := range fns {
+		if err := run("granting EXECUTE on "+fn, "GRANT EXECUTE ON FUNCTION "+fn+" TO "+pgx.Identifier{role}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// literal quotes s as a SQL string literal on the server (quote_literal),
+// which is right whatever standard_conforming_strings says and whatever s
+// holds: a consumer group is any string Kafka accepts.
+func (e *Engine) literal(ctx context.Context, conn *pgx.Conn, s string) (string, error) {
+	qctx, cancel := e.bounded(ctx)
+	defer cancel()
+	var lit string
+	if err := conn.QueryRow(qctx, `SELECT quote_literal($1::text)`, s).Scan(&lit); err != nil {
+		return "", fmt.Errorf("quoting the consumer group: %w", err)
+	}
+	return lit, nil
+}
+
+// policyPrefix starts the name of every policy GrantConsumer creates.
+const policyPrefix = "idempotency_consumer_"
+
+// policyName names the policy of one role and group: a hash, because a role
+// name alone may take the whole identifier length. The policy's own
+// definition says whom it is for (pg_policies).
+func policyName(role, group string) string {
+	h := fnv.New64a()
+	h.Write([]byte(role + "\x00" + group))
+	return fmt.Sprintf("%s%016x", policyPrefix, h.Sum64())
+}
+
+// policySQL returns the statements that enable row-level security on table
+// (if it is not) and create the role's policy for group (if it is missing):
+// the role sees and writes only rows whose consumer_group is group. Policies
+// of one role for several groups add up (permissive policies are ORed).
+func (e *Engine) policySQL(ctx context.Context, conn *pgx.Conn, table string, rls bool, role, group, lit string) ([]string, error) {
+	ident := pgx.Identifier{e.table.Schema, table}.Sanitize()
+	name := policyName(role, group)
+	var has bool
+	qctx, cancel := e.bounded(ctx)
+	err := conn.QueryRow(qctx, `
+SELECT EXISTS (SELECT 1 FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE n.nspname = $1 AND c.relname = $2 AND p.polname = $3)`, e.table.Schema, table, name).Scan(&has)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("looking up the policy of %s: %w", table, err)
+	}
+	var out []string
+	if !has {
+		out = append(out, fmt.Sprintf("CREATE POLICY %s ON %s AS PERMISSIVE FOR ALL TO %s USING (consumer_group = %s) WITH CHECK (consumer_group = %s)",
+			pgx.Identifier{name}.Sanitize(), ident, pgx.Identifier{role}.Sanitize(), lit, lit))
+	}
+	if !rls {
+		out = append(out, "ALTER TABLE "+ident+" ENABLE ROW LEVEL SECURITY")
+	}
+	return out, nil
+}
+
+// AccessError reports that the role a consumer connects as may not do what
+// the runtime does on the table: privileges it lacks, or row-level security
+// that admits none of its group's rows. It is not permanent: the table's
+// owner grants what is missing (Engine.GrantConsumer).
+type AccessError struct {
+	Role  string // current_user
+	Group string
+	// Problems lists what is missing, one entry per table.
+	Problems []string
+}
+
+// Error names the role, what it lacks and who grants it.
+func (e *AccessError) Error() string {
+	return fmt.Sprintf("role %q may not run the consumer of group %q: %s; the table's owner grants it (dedup.Engine.GrantConsumer; the operator does so for the role of spec.database.consumerURLSecretRef)",
+		e.Role, e.Group, strings.Join(e.Problems, "; "))
+}
+
+// CheckAccess verifies that the role q is connected as (current_user) holds
+// what the runtime of group needs on t (after defaults) and its positions
+// table: the privileges GrantConsumer grants and, where row-level security
+// applies to the role, a policy that can admit the group's rows (this
+// package's policy for the role and group, or any policy of someone else's,
+// which it cannot judge). It returns an *AccessError listing what is
+// missing; the owner, a superuser and a BYPASSRLS role pass the policy part.
+// DELETE on the dedup table is needed only with forget (a runtime that takes
+// ids back with Inserter.Forget; the external-call path never does). It
+// reads the catalog only.
+func CheckAccess(ctx context.Context, q Queryer, t Table, group string, forget bool) error {
+	t = t.WithDefaults()
+	tablePrivs := []string{"SELECT", "INSERT"}
+	if forget {
+		tablePrivs = append(tablePrivs, "DELETE")
+	}
+	var (
+		role     string
+		usage    bool
+		problems []string
+	)
+	if err := q.QueryRow(ctx, `SELECT current_user::text, has_schema_privilege($1, 'USAGE')`, t.Schema).Scan(&role, &usage); err != nil {
+		return fmt.Errorf("checking the consumer role's privileges on %s: %w", t, err)
+	}
+	if !usage {
+		return &AccessError{Role: role, Group: group, Problems: []string{"no USAGE on schema " + t.Schema}}
+	}
+	positions := PositionsTableName(t)
+	for _, rel := range []struct {
+		name  string
+		privs []string
+	}{{t.Name, tablePrivs}, {positions, []string{"SELECT", "INSERT", "UPDATE"}}} {
+		var (
+			missing, policies []string
+			rls               bool
+		)
+		err := q.QueryRow(ctx, `
+SELECT ARRAY(SELECT p FROM unnest($3::text[]) p WHERE NOT has_table_privilege(c.oid, p)),
+       c.relrowsecurity AND NOT r.rolsuper AND NOT r.rolbypassrls
+         AND (c.relforcerowsecurity OR NOT pg_has_role(r.oid, c.relowner, 'MEMBER')),
+       ARRAY(SELECT pol.polname::text FROM pg_policy pol
+              WHERE pol.polrelid = c.oid AND pol.polcmd IN ('*', 'a') AND pol.polpermissive
+                AND (0 = ANY (pol.polroles) OR EXISTS (SELECT 1 FROM unnest(pol.polroles) pr WHERE pg_has_role(r.oid, pr, 'MEMBER'))))
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, pg_roles r
+ WHERE n.nspname = $1 AND c.relname = $2 AND r.rolname = current_user`, t.Schema, rel.name, rel.privs).Scan(&missing, &rls, &policies)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // a missing table is the other checks' business
+		}
+		if err != nil {
+			return fmt.Errorf("checking the consumer role's privileges on %s.%s: %w", t.Schema, rel.name, err)
+		}
+		if len(missing) > 0 {
+			problems = append(problems, fmt.Sprintf("no %s on %s.%s", strings.Join(missing, ", "), t.Schema, rel.name))
+		}
+		if rls && !admits(policies, role, group) {
+			problems = append(problems, fmt.Sprintf("row-level security on %s.%s and no policy for this role and group", t.Schema, rel.name))
+		}
+	}
+	if len(problems) > 0 {
+		return &AccessError{Role: role, Group: group, Problems: problems}
+	}
+	return nil
+}
+
+// admits reports whether the policies that apply to role may admit group's
+// rows: this package's policy for role and group, or a policy it did not
+// write (whose condition it cannot judge).
+func admits(policies []string, role, group string) bool {
+	for _, p := range policies {
+		if p == policyName(role, group) || !strings.HasPrefix(p, policyPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// RevokeConsumer takes back what GrantConsumer gave role for group: the
+// group's policies on the table and its positions table; then, if no policy
+// of this package for role is left on either (the role serves no other
+// group here), every privilege granted to the role itself on both tables and
+// on the claim functions. USAGE on the schema stays: it may have been there
+// before, and it gives nothing by itself. A missing table or role is not an
+// error, and neither is the table owner's role (or a member of it), which
+// GrantConsumer never restricts and this never touches; a table that is not
+// ours is (*OwnershipError).
+//
+// Run it when the consumer's role changes, so the old role keeps nothing.
+// Dropping a policy takes ACCESS EXCLUSIVE on the table for an instant, under
+// the engine's lock_timeout, like GrantConsumer.
+func (e *Engine) RevokeConsumer(ctx context.Context, role, group string) (GrantResult, error) {
+	var res GrantResult
+	if err := ValidateRole(role); err != nil {
+		return res, fmt.Errorf("revoking from the consumer's role on %s: %w", e.table, err)
+	}
+	conn, release, err := e.session(ctx)
+	if err != nil {
+		return res, fmt.Errorf("revoking from role %q on %s: %w", role, e.table, err)
+	}
+	defer release()
+	if err := e.revokeConsumer(ctx, conn, role, group, &res); err != nil {
+		return res, fmt.Errorf("revoking from role %q on %s: %w", role, e.table, err)
+	}
+	return res, nil
+}
+
+func (e *Engine) revokeConsumer(ctx context.Context, conn *pgx.Conn, role, group string, res *GrantResult) error {
+	st, err := e.observe(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if !st.Exists {
+		return nil
+	}
+	if st.Owner == "" {
+		return &OwnershipError{Table: e.table.String()}
+	}
+	if want := e.ensuredOwner(); want != "" && st.Owner != want {
+		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
+	}
+	var (
+		exists  bool
+		drop    []string // tables with this group's policy
+		others  int      // our policies of the role for other groups
+		granted []string // tables and functions with grants to the role itself
+	)
+	qctx, cancel := e.bounded(ctx)
+	defer cancel()
+	names := make([]string, 0, len(claimFunctionSuffixes))
+	for _, s := range claimFunctionSuffixes {
+		names = append(names, e.table.Name+s)
+	}
+	err = conn.QueryRow(qctx, `
+WITH t AS (SELECT c.oid, c.relname::text AS name, c.relacl, c.relowner FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = $2 AND c.relname = ANY (ARRAY[$3, $4])),
+     -- Never the owner (or a member of it): its own privileges are in
+     -- relacl too once anything was granted, and are not ours to take.
+     r AS (SELECT oid FROM pg_roles WHERE rolname = $1
+              AND NOT EXISTS (SELECT 1 FROM t WHERE pg_has_role(pg_roles.oid, t.relowner, 'MEMBER')))
+SELECT EXISTS (SELECT 1 FROM r),
+       ARRAY(SELECT t.name FROM t JOIN pg_policy p ON p.polrelid = t.oid WHERE p.polname = $5 ORDER BY t.name),
+       (SELECT count(*) FROM t JOIN pg_policy p ON p.polrelid = t.oid, r
+         WHERE left(p.polname, length($6)) = $6 AND p.polname <> $5 AND r.oid = ANY (p.polroles))::int,
+       ARRAY(SELECT 'TABLE ' || quote_ident($2) || '.' || quote_ident(t.name) FROM t, r
+              WHERE EXISTS (SELECT 1 FROM aclexplode(t.relacl) a WHERE a.grantee = r.oid)
+             UNION ALL
+             SELECT 'FUNCTION ' || quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '(' || pg_get_function_identity_arguments(p.oid) || ')'
+               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace, r
+              WHERE n.nspname = $2 AND p.proname = ANY ($7::text[])
+                AND EXISTS (SELECT 1 FROM aclexplode(p.proacl) a WHERE a.grantee = r.oid))`,
+		role, e.table.Schema, e.table.Name, e.positionsName(), policyName(role, group), policyPrefix, names).Scan(
+		&exists, &drop, &others, &granted)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reading the role's grants and policies: %w", err)
+	}
+	if !exists {
+		return nil
+	}
+	r := pgx.Identifier{role}.Sanitize()
+	run := func(op, sql string) error {
+		if err := e.ddl(ctx, conn, op, sql); err != nil {
+			return err
+		}
+		res.Statements = append(res.Statements, sql)
+		return nil
+	}
+	// Privileges first, so that the role never holds one its policy no
+	// longer limits.
+	if others == 0 {
+		for _, obj := range granted {
+			if err := run("revoking from "+role+" on "+obj, "REVOKE ALL ON "+obj+" FROM "+r); err != nil {
+				return err
+			}
+		}
+	}
+	for _, tbl := range drop {
+		sql := "DROP POLICY " + pgx.Identifier{policyName(role, group)}.Sanitize() + " ON " + pgx.Identifier{e.table.Schema, tbl}.Sanitize()
+		if err := run("dropping the consumer group policy on "+tbl, sql); err != nil {
+			return err
+		}
+	}
+	return nil
+}
