@@ -37,8 +37,8 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=create;update
 
 // The application Secret "<name>-app" (CloudNativePG's "-app" Secret is the
-// model) tells a service that brings its own consumer what to call: it is
-// mounted or read as environment variables. Its keys:
+// model) tells a service that brings its own consumer what to call, and as
+// which role: it is mounted or read as environment variables. Its keys:
 const (
 	AppSecretSchema           = "schema"
 	AppSecretTable            = "table"
@@ -47,6 +47,10 @@ const (
 	AppSecretClaimFunction    = "claimFunction"
 	AppSecretClaimOneFunction = "claimOneFunction"
 	AppSecretPositionsTable   = "positionsTable"
+	// AppSecretURI is the consumer role's connection URL
+	// (spec.database.consumerURLSecretRef), present only when that is set:
+	// the owner's URL (urlSecretRef) never goes into it.
+	AppSecretURI = "uri"
 )
 
 const actionApplyApplicationSecret = "ApplyApplicationSecret"
@@ -54,9 +58,9 @@ const actionApplyApplicationSecret = "ApplyApplicationSecret"
 // LabelApplicationSecret marks the application Secrets the operator keeps.
 const LabelApplicationSecret = "kafka.idempotency.dev/application-secret"
 
-// applicationSecretData is what the application Secret holds for obj.
-// Nothing in it is a credential; it is a Secret because the URI of the
-// consumer's role joins it, and so that one mount carries both.
+// applicationSecretData is what the application Secret holds for obj,
+// without the URI. Nothing in it is a credential but the URI, which is why
+// it is a Secret: one mount carries both.
 func applicationSecretData(obj *kafkav1alpha1.IdempotentConsumer) map[string][]byte {
 	t := tableOf(obj).WithDefaults()
 	return map[string][]byte{
@@ -83,6 +87,18 @@ func (r *IdempotentConsumerReconciler) reconcileApplicationSecret(ctx context.Co
 	name := obj.ApplicationSecretName()
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: name}
 	want := applicationSecretData(obj)
+	if ref := obj.Spec.Database.ConsumerURLSecretRef; ref != nil {
+		// Read (and remembered for scrubbing) by the roles phase already; a
+		// problem with it is that phase's DatabaseRoles condition, and the
+		// key is left out until it is fixed.
+		v, prob, err := r.secretKey(ctx, s, *ref)
+		if err != nil {
+			return err
+		}
+		if prob == nil {
+			want[AppSecretURI] = []byte(v.value)
+		}
+	}
 	labels := map[string]string{LabelApplicationSecret: "true", objects.LabelManagedBy: objects.ManagedByValue, objects.LabelInstance: obj.Name}
 
 	// Secrets are not cached (only their metadata is watched): read from

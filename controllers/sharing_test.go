@@ -19,6 +19,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -212,6 +213,30 @@ func testTableOnly(t *testing.T, te *testEnv) {
 			t.Errorf("the application Secret's owners after re-creation: %+v", sec.OwnerReferences)
 		}
 	})
+	t.Run("with a consumer role the Secret carries its URL as uri", func(t *testing.T) {
+		u, err := url.Parse(dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		password := "app-pass-" + randSuffix()
+		u.User = url.UserPassword("orders_app", password)
+		te.secret(t, ns, "db-app", map[string]string{"url": u.String()})
+		te.create(t, newConsumer(ns, "roled", tableOnly, withTable("roled_event"), func(o *kafkav1alpha1.IdempotentConsumer) {
+			o.Spec.Database.ConsumerURLSecretRef = &kafkav1alpha1.SecretKeyRef{Name: "db-app", Key: "url"}
+		}))
+		te.waitReady(t, ns, "roled")
+		if got := string(te.appSecret(t, ns, "roled").Data["uri"]); got != u.String() {
+			t.Errorf("uri = %q, want the consumer role's URL", got)
+		}
+		if strings.Contains(te.logs.String(), password) {
+			t.Error("the consumer role's password is in the operator's log")
+		}
+		for _, e := range te.events(t, ns, "roled") {
+			if strings.Contains(e.Note, password) {
+				t.Errorf("the consumer role's password is in Event %s", e.Reason)
+			}
+		}
+	})
 	t.Run("autoscaling without a consumer is refused", func(t *testing.T) {
 		obj := newConsumer(ns, "scaled", tableOnly)
 		obj.Spec.Autoscaling = &kafkav1alpha1.AutoscalingSpec{Enabled: true, MaxReplicas: 3}
@@ -319,7 +344,9 @@ func testSharedTable(t *testing.T, te *testEnv) {
 	created := 0
 	for _, name := range []string{"billing", "ledger"} {
 		for _, e := range te.events(t, ns, name) {
-			if e.Type == corev1.EventTypeWarning && e.Action != actionInspectTopics { // no brokers in this test
+			// The table's and the partitions' warnings (no brokers here, and
+			// one role for everything: those warnings are expected).
+			if e.Type == corev1.EventTypeWarning && (e.Action == actionMaintainPartitions || e.Action == actionConnectDatabase) {
 				t.Errorf("Warning Event on %s: %s: %s", name, e.Reason, e.Note)
 			}
 			if m := createdRE.FindStringSubmatch(e.Note); e.Reason == ReasonPartitionsCreated && m != nil {

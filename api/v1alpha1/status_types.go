@@ -98,8 +98,9 @@ type IdempotentConsumerStatus struct {
 
 	// applicationSecretName is the Secret "<name>-app" the operator keeps
 	// with what an application needs to use the table: the keys schema,
-	// table, scope, consumerGroup, claimFunction, claimOneFunction and
-	// positionsTable. Set once the table is ready.
+	// table, scope, consumerGroup, claimFunction, claimOneFunction,
+	// positionsTable and, with spec.database.consumerURLSecretRef, uri (the
+	// consumer role's connection URL). Set once the table is ready.
 	// +optional
 	ApplicationSecretName string `json:"applicationSecretName,omitempty"`
 
