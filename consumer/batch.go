@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idempotency-dev/operator/consumer/envelope"
 )
@@ -30,6 +31,9 @@ type item struct {
 	decoded  bool
 	trace    TraceContext
 	hasTrace bool
+	// batch is the context of the span of the batch the record came in;
+	// invalid when tracing is off (tracing.go).
+	batch    trace.SpanContext
 	state    itemState
 	reason   Reason
 	policy   Policy
@@ -70,9 +74,12 @@ func infra(format string, err error) error {
 // transaction_timeout), the records are committed in smaller transactions
 // (see txGuard), each recording its own ids; the offset still moves once,
 // after all of them.
-func (w *worker) process(batch []kafka.Message) (int64, error) {
+func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 	c := w.c
 	items := make([]item, len(batch))
+	if bs := w.startBatchSpan(batch); bs.on() {
+		defer func() { bs.end(itemPtrs(items), spanError(err), c.secrets) }()
+	}
 	for i := range batch {
 		w.decode(&items[i], batch[i])
 		if it := &items[i]; it.state == stRejected && it.policy == PolicyStop {
@@ -182,7 +189,7 @@ func (w *worker) process(batch []kafka.Message) (int64, error) {
 			return 0, errAbandoned
 		}
 	}
-	next := batch[len(batch)-1].Offset + 1
+	next = batch[len(batch)-1].Offset + 1
 	if h := c.hooks.afterDBCommit; h != nil {
 		if err := h(w.partition, next); err != nil {
 			return 0, err
@@ -235,6 +242,7 @@ func (w *worker) decode(it *item, m kafka.Message) {
 	}
 	it.ev = Event{Key: m.Key, Headers: headers, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
 	it.trace, it.hasTrace = traceFromHeaders(headers)
+	it.batch = w.span
 	d, err := envelope.Decode(m.Value, eh, c.cfg.Envelope)
 	if err != nil {
 		var de *envelope.Error
@@ -360,7 +368,7 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 	pc := tx.Conn().PgConn()
 	bo := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
 	for attempt := 1; ; attempt++ {
-		err := w.call(hctx, et, &it.ev)
+		err := w.tracedCall(hctx, et, it)
 		if ctx.Err() != nil {
 			return errAbandoned
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/envelope"
@@ -231,6 +232,11 @@ type Config struct {
 	// Gatherer serves /metrics when Registerer is set; default
 	// prometheus.DefaultGatherer if Registerer is prometheus.DefaultRegisterer.
 	Gatherer prometheus.Gatherer
+	// TracerProvider starts the spans of batches and handler calls
+	// (tracing.go); default the global provider (otel.GetTracerProvider),
+	// which does nothing unless one was set. Under a provider that does
+	// nothing the runtime only passes each record's traceparent on.
+	TracerProvider trace.TracerProvider
 }
 
 // ConfigError names the setting that is wrong.

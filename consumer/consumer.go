@@ -40,6 +40,8 @@ type Consumer struct {
 	xm       *xmetrics
 	// mem is the process-wide memory budget (membudget.go).
 	mem *memBudget
+	// tracing starts the batch and handler spans (tracing.go).
+	tracing *tracing
 
 	mu      sync.Mutex
 	pool    *pgxpool.Pool
@@ -124,6 +126,7 @@ func newConsumer(cfg Config, h Handler) (*Consumer, error) {
 	if err != nil {
 		return nil, cfgErr("SASL", "%v", err)
 	}
+	c.tracing = newTracing(cfg.TracerProvider, cfg.Topic, cfg.Group)
 	c.inserter, err = dedup.NewInserter(cfg.Table, cfg.Group)
 	if err != nil {
 		return nil, cfgErr("Table", "%v", err)

@@ -146,7 +146,7 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 		}
 		c.xm.calls.WithLabelValues(c.cfg.Topic).Inc()
 		began := time.Now()
-		err := p.invoke(hctx, &r.ev)
+		err := p.tracedInvoke(hctx, r)
 		c.inFlight.release(time.Since(began))
 		c.xm.calls.WithLabelValues(c.cfg.Topic).Dec()
 		if err == nil {

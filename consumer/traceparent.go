@@ -7,9 +7,10 @@ import (
 )
 
 // TraceContext is a W3C Trace Context (https://www.w3.org/TR/trace-context/)
-// taken from an event's traceparent and tracestate headers. The runtime has no
-// tracer of its own: it hands the context to the handler, which can start a
-// span with any tracing library or forward the headers downstream.
+// taken from an event's traceparent and tracestate headers. The runtime hands
+// it to the handler, which can forward it downstream or start a span with any
+// tracing library; with Config.TracerProvider set, the runtime's own handler
+// span already has it as parent (tracing.go).
 type TraceContext struct {
 	Version  byte
 	TraceID  [16]byte

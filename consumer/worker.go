@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idempotency-dev/operator/consumer/dedup"
 )
@@ -33,6 +34,9 @@ type worker struct {
 	// none). See positions.go.
 	assignStart int64
 	dbPos       int64
+	// span is the context of the current batch's span, which decode gives
+	// each record (tracing.go); invalid when tracing is off.
+	span trace.SpanContext
 }
 
 // errAbandoned means a batch was given up uncommitted because the generation

@@ -473,6 +473,7 @@ func (p *xpart) gauges() {
 // accept decodes fetched records into the window and queues them for the
 // lookup.
 func (p *xpart) accept(batch []kafka.Message) {
+	defer p.traceAccept(batch)()
 	c := p.c
 	now := time.Now()
 	for _, m := range batch {

@@ -42,6 +42,7 @@ func classifyDatabaseError(err error) (reason string, transient bool) {
 		tlsErr *DatabaseTLSError
 		verErr *tls.CertificateVerificationError
 		layout *dedup.LayoutError
+		newer  *dedup.LayoutVersionError
 		lock   *dedup.LockError
 		netErr net.Error
 	)
@@ -52,6 +53,8 @@ func classifyDatabaseError(err error) (reason string, transient bool) {
 		// Retried: a renewed server certificate or a CA Secret being
 		// rotated can fix it without a change to the object.
 		return kafkav1alpha1.ReasonCertificateRejected, true
+	case errors.As(err, &newer):
+		return ReasonTableLayoutNewer, false
 	case errors.As(err, &layout):
 		return kafkav1alpha1.ReasonTableLayoutMismatch, false
 	case errors.Is(err, dedup.ErrInvalidIdentifier):
@@ -88,6 +91,11 @@ func classifyDatabaseError(err error) (reason string, transient bool) {
 	return kafkav1alpha1.ReasonDatabaseError, true
 }
 
+// ReasonTableLayoutNewer is the DatabaseReady reason for a table whose
+// marker names a layout version newer than this release knows
+// (dedup.LayoutVersionError): the operator was downgraded.
+const ReasonTableLayoutNewer = "TableLayoutNewerThanOperator"
+
 // describeDatabaseError is the condition message for a classified error.
 func describeDatabaseError(reason string, err error) string {
 	switch reason {
@@ -103,6 +111,8 @@ func describeDatabaseError(reason string, err error) string {
 		return "The database role lacks a privilege the operator needs (CREATE on the database and schema, ownership of the table): " + err.Error()
 	case kafkav1alpha1.ReasonDatabaseUnreachable:
 		return "Cannot reach the database; retrying with backoff: " + err.Error()
+	case ReasonTableLayoutNewer:
+		return "The table was laid out by a newer operator release than this one (a downgrade); this release does not touch it (no partitions created or dropped, no drop on deletion). Run the newer release again: " + err.Error()
 	case kafkav1alpha1.ReasonLockNotAvailable:
 		return "A lock on the table stayed busy; retrying: " + err.Error()
 	}

@@ -93,10 +93,19 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 		desired.Annotations[objects.AnnotationSpecHash] = objects.SpecHash(desired)
 	}
 
+	// A template change of the operator's own (a new release's builder)
+	// waits for a rollout slot; the Deployment stays as it is (rollout.go).
+	desired.Annotations[AnnotationTemplateHash] = templateHash(&desired.Spec.Template)
+	gate, err := r.gateTemplate(ctx, s, current, desired)
+	if err != nil {
+		return err
+	}
+	changed := !gate.wait && (current == nil || current.Annotations[objects.AnnotationSpecHash] != desired.Annotations[objects.AnnotationSpecHash])
+
 	// A changed template is first judged by the API server's Pod Security
 	// admission (podsecurity.go); a refused one is not applied.
 	var refused *problem
-	if current == nil || current.Annotations[objects.AnnotationSpecHash] != desired.Annotations[objects.AnnotationSpecHash] {
+	if changed {
 		if refused, err = r.checkPodSecurity(ctx, desired); err != nil {
 			return err
 		} else if refused != nil {
@@ -110,7 +119,8 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 	// Replicas are compared besides the hash: kubectl scale on the
 	// Deployment is reverted at once, unless KEDA owns the count.
 	replicasDrifted := !s.autoscale && (current == nil || current.Spec.Replicas == nil || *current.Spec.Replicas != *desired.Spec.Replicas)
-	if refused == nil && (current == nil || current.Annotations[objects.AnnotationSpecHash] != desired.Annotations[objects.AnnotationSpecHash] || replicasDrifted) {
+	didApply := false
+	if refused == nil && !gate.wait && (changed || replicasDrifted) {
 		if s.autoscale && current != nil && current.Spec.Replicas != nil && ownsReplicas(current) {
 			if err := r.handOverReplicas(ctx, current); err != nil {
 				return err
@@ -123,7 +133,10 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 		if current == nil {
 			r.event(obj, corev1.EventTypeNormal, ReasonDeploymentCreated, actionApplyDeployment, fmt.Sprintf("Created consumer Deployment %s", name))
 		}
-		current = applied
+		current, didApply = applied, true
+	}
+	if err := r.templateUpgraded(ctx, s, gate, didApply, current); err != nil {
+		return err
 	}
 
 	s.deploymentExists = true

@@ -20,7 +20,8 @@ limitations under the License.
 // registration (sharing.go), the partitions (partitions.go: maintenance on
 // schedule), the application Secret (appsecret.go), the topic checks
 // (topics.go), the consumer Deployment (tableonly.go chooses: deployment.go,
-// server-side apply and rollout status, or none without spec.consumer),
+// server-side apply and rollout status, or none without spec.consumer;
+// rollout.go: the bound on template changes the operator itself causes),
 // autoscaling (autoscaling.go), deletion (delete.go), and status (status.go:
 // computed from what this loop observed, written once if it changed).
 // conditions.go holds every condition writer and Event reason, secrets.go

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/controllers/objects"
@@ -85,6 +86,11 @@ type Options struct {
 	// denied): the object is reconciled again after TopicRetryBase, doubling
 	// up to TopicRetryMax, until a look succeeds; defaults 1m and 10m.
 	TopicRetryBase, TopicRetryMax time.Duration
+	// MaxConcurrentTemplateUpgrades bounds the consumer Deployments rolling
+	// out a pod template change the operator made (not the spec) at once:
+	// a count or a percentage of the consumer Deployments (rollout.go);
+	// "0" applies such changes only with the next spec change. Default 10%.
+	MaxConcurrentTemplateUpgrades string
 }
 
 func (o Options) withDefaults() Options {
@@ -130,6 +136,9 @@ func (o Options) withDefaults() Options {
 	if o.TopicRetryMax < o.TopicRetryBase {
 		o.TopicRetryMax = o.TopicRetryBase
 	}
+	if o.MaxConcurrentTemplateUpgrades == "" {
+		o.MaxConcurrentTemplateUpgrades = DefaultMaxConcurrentTemplateUpgrades
+	}
 	return o
 }
 
@@ -153,6 +162,7 @@ type IdempotentConsumerReconciler struct {
 	Options Options
 
 	backoff    *backoff
+	rollout    *templateGate
 	topicCache topicCache
 	keda       kedaDetector
 }
@@ -189,6 +199,11 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 	s := &reconcileState{obj: obj, now: r.Clock.Now()}
 	if obj.Spec.Suspend {
 		r.markSuspended(s)
+		if r.rollout != nil {
+			// No Deployment changes while suspended: not a waiter to wake
+			// or to count (the alert on stuck upgrades would fire).
+			r.rollout.finished(req.NamespacedName)
+		}
 		return r.finish(ctx, orig, s)
 	}
 	for _, phase := range []func(context.Context, *reconcileState) error{
@@ -293,6 +308,11 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 	if r.Topics == nil {
 		r.Topics = KafkaAdmin{Timeout: r.Options.KafkaTimeout}
 	}
+	maxUpgrades, err := ParseMaxConcurrentTemplateUpgrades(r.Options.MaxConcurrentTemplateUpgrades)
+	if err != nil {
+		return fmt.Errorf("setting up the %s controller: MaxConcurrentTemplateUpgrades: %w", ControllerName, err)
+	}
+	r.rollout = newTemplateGate(maxUpgrades, r.Client)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &kafkav1alpha1.IdempotentConsumer{},
 		secretRefIndex, indexSecretRefs); err != nil {
 		return fmt.Errorf("indexing IdempotentConsumers by Secret: %w", err)
@@ -310,6 +330,7 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		// The application Secrets (appsecret.go): one deleted or edited is put back.
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),
 			&kafkav1alpha1.IdempotentConsumer{}, handler.OnlyControllerOwner())).
+		WatchesRawSource(source.Channel(r.rollout.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -359,5 +380,8 @@ func (r *IdempotentConsumerReconciler) forget(key types.NamespacedName) {
 		r.backoff.reset(key)
 	}
 	r.topicCache.forget(key)
+	if r.rollout != nil {
+		r.rollout.finished(key)
+	}
 	forgetObjectMetrics(key)
 }

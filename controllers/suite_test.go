@@ -26,10 +26,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -71,6 +73,11 @@ type testEnv struct {
 	// deploymentsAvailable makes the stand-in Deployment controller report
 	// every Deployment as rolled out; clear it to keep them progressing.
 	deploymentsAvailable atomic.Bool
+	// stopManager stops the manager and waits for it (once; later calls do
+	// nothing), so a test can start another one (startManager) on the same
+	// API server, as an operator upgrade does.
+	stopManager func()
+	logger      logr.Logger
 }
 
 type envOptions struct {
@@ -152,13 +159,23 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 	if os.Getenv("OPERATOR_TEST_LOGS") != "" {
 		logOut = io.MultiWriter(te.logs, os.Stderr)
 	}
-	logger := zap.New(zap.WriteTo(logOut), zap.UseDevMode(false))
-	ctrl.SetLogger(logger)
+	te.logger = zap.New(zap.WriteTo(logOut), zap.UseDevMode(false))
+	ctrl.SetLogger(te.logger)
 
-	mgrCfg := restCfg
 	if eo.setup != nil {
 		eo.setup(t, te.c)
 	}
+	te.startManager(t, restCfg, eo)
+	return te
+}
+
+// startManager starts a manager running the reconciler (te.r) and the
+// stand-in Deployment controller against the API server of restCfg, and
+// waits for its cache; te.stopManager stops it (t's cleanup does too).
+func (te *testEnv) startManager(t *testing.T, restCfg *rest.Config, eo envOptions) {
+	t.Helper()
+	logger := te.logger
+	mgrCfg := restCfg
 	if eo.managerUser != "" {
 		mgrCfg = rest.CopyConfig(restCfg)
 		mgrCfg.Impersonate = rest.ImpersonationConfig{UserName: eo.managerUser}
@@ -197,7 +214,9 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 		Topics:   eo.topics,
 		Options:  opts,
 	}
-	if !eo.realClock {
+	if !eo.realClock && te.clock != nil {
+		te.r.Clock = te.clock // a second manager: the time goes on
+	} else if !eo.realClock {
 		// Noon UTC, so a test's "now plus the lead" stays in the same day.
 		te.clock = clocktesting.NewFakePassiveClock(time.Now().UTC().Truncate(24 * time.Hour).Add(12 * time.Hour))
 		te.r.Clock = te.clock
@@ -224,20 +243,23 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 			t.Errorf("manager: %v", err)
 		}
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(time.Minute): // a manager whose watches are refused may not stop
-			t.Error("the manager did not stop within 1m")
-		}
-	})
+	var once sync.Once
+	te.stopManager = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(time.Minute): // a manager whose watches are refused may not stop
+				t.Error("the manager did not stop within 1m")
+			}
+		})
+	}
+	t.Cleanup(te.stopManager)
 	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
 	defer syncCancel()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
 		t.Fatalf("cache did not sync within 1m (a watch refused?); manager log:\n%s", te.logs.String())
 	}
-	return te
 }
 
 // fakeDeploymentController stands in for kube-controller-manager: it reports

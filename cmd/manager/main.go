@@ -134,6 +134,8 @@ func parseFlags() (*config, error) {
 	flag.DurationVar(&opts.TopicRefresh, "topic-refresh", 5*time.Minute, "How long topic retention and partitions read from the brokers (and a missing KEDA) are trusted before the next reconcile asks again.")
 	flag.DurationVar(&opts.KafkaTimeout, "kafka-timeout", 10*time.Second, "Bound on one look at the brokers.")
 	flag.DurationVar(&opts.TopicCheckInterval, "topic-check-interval", time.Hour, "How often topic retention and partitions are checked again after a successful look (a look that fails is retried after 1m, doubling up to 10m); 0 disables the periodic check.")
+	flag.StringVar(&opts.MaxConcurrentTemplateUpgrades, "max-concurrent-template-upgrades", controllers.DefaultMaxConcurrentTemplateUpgrades,
+		"Consumer Deployments that roll out a pod template change this operator made (a new release, a new --consumer-image), not their spec, at once: a count or a percentage of them; 0 applies such changes only with the next spec change.")
 	var maxConns int
 	var watchNamespacesFlag string
 	flag.StringVar(&watchNamespacesFlag, "watch-namespaces", "", "Comma-separated namespaces whose IdempotentConsumers (and Secrets, Deployments) the manager watches; empty means the whole cluster. Pair a list with the RBAC of config/namespaced.")
@@ -150,6 +152,9 @@ func parseFlags() (*config, error) {
 	}
 	if opts.TopicCheckInterval > 0 && opts.TopicCheckInterval < time.Minute {
 		return nil, fmt.Errorf("invalid --topic-check-interval %s: want 0 (off) or at least 1m (every object asks the brokers at that rate)", opts.TopicCheckInterval)
+	}
+	if _, err := controllers.ParseMaxConcurrentTemplateUpgrades(opts.MaxConcurrentTemplateUpgrades); err != nil {
+		return nil, fmt.Errorf("invalid --max-concurrent-template-upgrades: %w", err)
 	}
 	if opts.TopicCheckInterval == 0 {
 		opts.TopicCheckInterval = -1 // 0 in controllers.Options means the default

@@ -70,6 +70,16 @@ func run(ctx context.Context, opts Options, stderr io.Writer) int {
 		reg.MustRegister(version.NewCollector(consumer.MetricsNamespace))
 		opts.Consumer.Registerer, opts.Consumer.Gatherer = reg, reg
 	}
+	if opts.Tracing && opts.Consumer.TracerProvider == nil {
+		tp, err := newTracerProvider(ctx, opts.Getenv, opts.Consumer.Group)
+		if err != nil {
+			log.Error("invalid tracing configuration", "err", err)
+			return ExitConfig
+		}
+		defer shutdownTracing(tp, log)
+		opts.Consumer.TracerProvider = tp
+		log.Info("exporting spans over OTLP")
+	}
 	var c *consumer.Consumer
 	if external != nil {
 		c, err = consumer.NewExternal(opts.Consumer, external)

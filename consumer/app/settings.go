@@ -115,6 +115,10 @@ type Options struct {
 	// GoMemLimitSet says GOMEMLIMIT is set, which then wins over it.
 	MemoryLimit   int64
 	GoMemLimitSet bool
+	// Tracing says the OTEL_* variables ask for spans exported over OTLP
+	// (otel.go); Getenv is where the exporter's settings are read.
+	Tracing bool
+	Getenv  func(string) string
 }
 
 // The shares of CONSUMER_MEMORY_LIMIT, in percent: the Go runtime's soft
@@ -215,6 +219,7 @@ func Parse(args []string, getenv func(string) string, usage io.Writer) (Options,
 	}
 	o, err := build(v)
 	o.GoMemLimitSet = getenv("GOMEMLIMIT") != ""
+	o.Tracing, o.Getenv = tracingWanted(getenv), getenv
 	return o, err
 }
 

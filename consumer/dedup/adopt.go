@@ -42,6 +42,9 @@ type AdoptResult struct {
 //   - The table does not exist: it is created for owner.
 //   - No marker, or a third owner's: *OwnershipError with AdoptFrom set;
 //     nothing changes. A table without a marker is never adopted.
+//   - A marker of a newer layout version than this build knows:
+//     *LayoutVersionError; nothing changes. An older version is migrated
+//     by the next EnsureTable or Maintain.
 //
 // Adopting is a decision for whoever knows the previous owner is gone for
 // good: two processes (two clusters) may share a database, and the previous
@@ -103,6 +106,9 @@ func (e *Engine) adoptOnce(ctx context.Context, conn *pgx.Conn, owner, from stri
 	case owner, from:
 	default:
 		return &OwnershipError{Table: e.table.String(), Owner: st.Owner, AdoptFrom: from}
+	}
+	if err := e.checkVersion(st); err != nil {
+		return err
 	}
 	if err := e.checkLayout(ctx, conn, st); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -86,6 +87,21 @@ func parseClaimMarker(comment *string) (claimMarker, bool) {
 	return m, true
 }
 
+// claimSearchPath is the functions' own search_path. Their bodies name
+// operators (=, <>, >=, ||) and types (uuid, text) without a schema, and they
+// run with the caller's settings (SECURITY INVOKER): without it an operator
+// in a schema the caller lists before pg_catalog, or a type named uuid in the
+// caller's temporary schema (searched for types before pg_catalog unless
+// listed), changes the verdicts or fails the call. pg_temp last, as
+// PostgreSQL's documentation advises; functions and operators are never
+// looked up there unqualified. A SET clause restores only search_path on
+// exit, so the transaction-local mark (claimSettingName) survives the call.
+// proconfigSearchPath is how pg_proc.proconfig shows it.
+const (
+	claimSearchPath     = "pg_catalog, pg_temp"
+	proconfigSearchPath = "search_path=pg_catalog, pg_temp"
+)
+
 // claimFunc is one function to install: its name, SQL argument types (as
 // oidvectortypes prints them, for the lookup), its body and its full CREATE
 // statement.
@@ -104,14 +120,16 @@ func claimFuncs(t Table) []claimFunc {
 	batch.create = fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s(ids uuid[], consumer_group text DEFAULT NULL)
 RETURNS TABLE (event_id uuid, verdict text)
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT SECURITY INVOKER PARALLEL UNSAFE
-AS $idempotency_claim$%s$idempotency_claim$`, batchIdent, batch.body)
+SET search_path = %s
+AS $idempotency_claim$%s$idempotency_claim$`, batchIdent, claimSearchPath, batch.body)
 
 	one := claimFunc{name: t.Name + claimOneSuffix, args: "uuid, text"}
 	one.body = fmt.Sprintf("\nSELECT c.verdict FROM %s(ARRAY[$1], $2) AS c\n", batchIdent)
 	one.create = fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s(id uuid, consumer_group text DEFAULT NULL)
 RETURNS text
 LANGUAGE sql VOLATILE CALLED ON NULL INPUT SECURITY INVOKER PARALLEL UNSAFE
-AS $idempotency_claim$%s$idempotency_claim$`, pgx.Identifier{t.Schema, one.name}.Sanitize(), one.body)
+SET search_path = %s
+AS $idempotency_claim$%s$idempotency_claim$`, pgx.Identifier{t.Schema, one.name}.Sanitize(), claimSearchPath, one.body)
 	return []claimFunc{batch, one}
 }
 
@@ -332,14 +350,16 @@ func (e *Engine) ensureClaim(ctx context.Context) error {
 	for _, f := range claimFuncs(e.table) {
 		var (
 			src, comment *string
-			found        bool
+			config       []string
+			found, exec  bool
 		)
 		qctx, cancel := e.bounded(ctx)
 		err := conn.QueryRow(qctx, `
-SELECT true, p.prosrc, obj_description(p.oid, 'pg_proc')
+SELECT true, p.prosrc, obj_description(p.oid, 'pg_proc'), coalesce(p.proconfig, '{}'),
+       has_function_privilege('public', p.oid, 'EXECUTE')
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = $1 AND p.proname = $2 AND oidvectortypes(p.proargtypes) = $3`,
-			e.table.Schema, f.name, f.args).Scan(&found, &src, &comment)
+			e.table.Schema, f.name, f.args).Scan(&found, &src, &comment, &config, &exec)
 		cancel()
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("looking up function %s: %w", f.name, err)
@@ -348,12 +368,19 @@ SELECT true, p.prosrc, obj_description(p.oid, 'pg_proc')
 			if m, ok := parseClaimMarker(comment); !ok || m.ClaimOf != e.table.String() {
 				return &NameConflictError{Table: e.table.String(), Name: e.table.Schema + "." + f.name + "(" + f.args + ")", Kind: "function", Need: "the claim function"}
 			}
-			if src != nil && *src == f.body {
+			// The settings count too: an older version was installed without
+			// its search_path, and the body alone would not show that.
+			if src != nil && *src == f.body && slices.Equal(config, []string{proconfigSearchPath}) && exec {
 				continue // up to date: replacing it would only invalidate every session's cached plan
 			}
 		}
 		ident := pgx.Identifier{e.table.Schema, f.name}.Sanitize()
-		sql := f.create + ";\nCOMMENT ON FUNCTION " + ident + "(" + f.args + ") IS " + marker
+		// EXECUTE for PUBLIC explicitly: a database whose default privileges
+		// revoke it (a common hardening) would otherwise leave a role with
+		// the documented table privileges unable to call the function. It
+		// grants nothing: the functions are SECURITY INVOKER.
+		sql := f.create + ";\nCOMMENT ON FUNCTION " + ident + "(" + f.args + ") IS " + marker +
+			";\nGRANT EXECUTE ON FUNCTION " + ident + "(" + f.args + ") TO PUBLIC"
 		if err := e.ddl(ctx, conn, "installing function "+f.name, sql); err != nil {
 			return fmt.Errorf("ensuring claim functions of %s: %w", e.table, err)
 		}

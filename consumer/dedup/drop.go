@@ -11,7 +11,8 @@ import (
 // DropTable drops the table, its partitions and leftover standalone tables
 // of ours, if its marker names owner; *OwnershipError otherwise. It refuses
 // while foreign partitions are attached (dropping the parent would drop
-// them). A missing table is not an error.
+// them), and a table of a newer layout version (*LayoutVersionError). A
+// missing table is not an error.
 func (e *Engine) DropTable(ctx context.Context, owner string) error {
 	if err := ValidateOwner(owner); err != nil {
 		return fmt.Errorf("dropping table %s: %w", e.table, err)
@@ -35,6 +36,10 @@ func (e *Engine) dropTable(ctx context.Context, conn *pgx.Conn, owner string) er
 	}
 	if st.Owner != owner {
 		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
+	}
+	if err := e.checkVersion(st); err != nil {
+		// A newer layout may consist of more than this build would drop.
+		return err
 	}
 	if len(st.Foreign) > 0 {
 		return fmt.Errorf("dropping table %s: foreign partitions attached (%s); detach them first", e.table, strings.Join(st.Foreign, ", "))

@@ -61,6 +61,9 @@ type engineConfig struct {
 	advisoryLockWait time.Duration
 	statementTimeout time.Duration
 	hook             StepHook
+	// layout replaces layoutSteps (layout.go), for tests of a migration
+	// beyond the current version; nil means layoutSteps.
+	layout []layoutStep
 }
 
 // WithLockTimeout sets the lock_timeout of every DDL statement (default

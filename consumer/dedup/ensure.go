@@ -13,7 +13,9 @@ import (
 // EnsureTable creates the schema (if missing), the partitioned table and its
 // ownership marker for owner, or checks an existing table: it must carry
 // owner's marker (else *OwnershipError) and the requested layout (else
-// *LayoutError). It creates no partitions; Maintain does.
+// *LayoutError). A table of an older layout version is migrated first; one
+// of a newer version is refused with *LayoutVersionError, unchanged. It
+// creates no partitions; Maintain does.
 //
 // After it succeeds, this Engine's Maintain refuses (*OwnershipError) a
 // table whose marker has come to name another owner meanwhile (adopted by
@@ -48,6 +50,11 @@ func (e *Engine) ensureTable(ctx context.Context, owner string) error {
 	if st.Exists {
 		if st.Owner != owner {
 			return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
+		}
+		// An older layout is brought up to date before it is compared with
+		// this build's; a newer one is refused (layout.go).
+		if _, err := e.migrateLayout(ctx, conn, st); err != nil {
+			return err
 		}
 		return e.checkLayout(ctx, conn, st)
 	}
@@ -108,7 +115,7 @@ func (e *Engine) createTable(ctx context.Context, conn *pgx.Conn, owner string) 
 			return err
 		}
 	}
-	marker, err := jsonLiteral(Marker{Owner: owner, Scope: e.table.Scope, Interval: e.table.Interval, Version: markerVersion})
+	marker, err := jsonLiteral(Marker{Owner: owner, Scope: e.table.Scope, Interval: e.table.Interval, Version: e.layoutVersion()})
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,9 @@ import (
 // current and future ones first, adopting a standalone table left by an
 // interrupted run), completes interrupted detaches, drops expired partitions
 // and leftover detached tables, without ever taking a lock that blocks
-// inserts. It stops at the first step that fails and returns what it did so
+// inserts. A table of an older layout version is migrated first (as by
+// EnsureTable); one of a newer version is refused with *LayoutVersionError
+// and left untouched. It stops at the first step that fails and returns what it did so
 // far; a *LockError (IsRetryable) means a lock stayed busy: run it again
 // later.
 func (e *Engine) Maintain(ctx context.Context, now time.Time, premake int, retention time.Duration) (Result, error) {
@@ -56,6 +58,9 @@ func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, po
 	if want := e.ensuredOwner(); want != "" && st.Owner != want {
 		// Adopted by another object since this Engine's EnsureTable.
 		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
+	}
+	if _, err := e.migrateLayout(ctx, conn, st); err != nil {
+		return err // a newer layout is refused before any partition is touched
 	}
 	if policy, err = e.sharedPolicy(ctx, conn, st, policy); err != nil { // registry.go: a shared table's longest retention and largest premake
 		return err

@@ -133,8 +133,9 @@ func (e *HTTPError) Error() string {
 
 // HTTP returns a handler that POSTs ev.Payload to cfg.URL with the headers
 // Idempotency-Key (the event id), Content-Type (the record's content-type
-// header, else application/json), traceparent/tracestate when the record had
-// them, and Authorization when configured.
+// header, else application/json), traceparent/tracestate (the handler span's
+// when tracing is on, else the record's own, if it had them), and
+// Authorization when configured.
 //
 // Outcome: 2xx is success. 408, 429 and 5xx answers, timeouts and
 // connections lost after the request was sent are retried by the runtime

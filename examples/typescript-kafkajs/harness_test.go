@@ -184,6 +184,18 @@ type provider struct {
 	mu       sync.Mutex
 	requests map[string]map[string]int // account -> key -> requests
 	hold     *holdSpec
+	rejected map[string]bool // keys answered 422 (a charge the provider refuses for good)
+}
+
+// reject makes the provider answer every charge with key 422 Unprocessable
+// Entity, as a provider does for a closed account: retrying cannot help.
+func (p *provider) reject(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rejected == nil {
+		p.rejected = map[string]bool{}
+	}
+	p.rejected[key] = true
 }
 
 // holdSpec makes the provider hold the response to the n-th charge applied for
@@ -240,6 +252,11 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 		p.requests[account] = byKey
 	}
 	byKey[key]++
+	if p.rejected[key] {
+		p.mu.Unlock()
+		http.Error(w, "account closed", http.StatusUnprocessableEntity)
+		return
+	}
 	first := byKey[key] == 1
 	var h *holdSpec
 	if first && p.hold != nil && p.hold.account == account && p.hold.key == "" && len(byKey) == p.hold.n {

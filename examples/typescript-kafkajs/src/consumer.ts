@@ -52,6 +52,18 @@ class Counters {
   }
 }
 
+/**
+ * A charge the provider refused for good: a 4xx other than 408, 409 (an
+ * Idempotency-Key still in use), 425 and 429. Retrying the record cannot
+ * help, so it is not thrown to kafkajs (which would retry it forever and stall
+ * the partition): the transaction rolls back (no claim, no ledger row, so a
+ * later replay is applied again) and the record goes to the ON_UNDECODABLE
+ * policy with reason 'charge_rejected'.
+ */
+class ChargeRejected extends Error {}
+
+const RETRYABLE_4XX: ReadonlySet<number> = new Set([408, 409, 425, 429]);
+
 /** A business payload this example understands: a charge request. */
 interface ChargeRequest {
   account: string;
@@ -173,31 +185,16 @@ class App {
       return;
     }
     // 2. One transaction: claim, then apply only a 'new' event.
-    const verdict = await this.attempts(where, heartbeat, () =>
-      this.db.transaction(async (em): Promise<Verdict> => {
-        const v = await claimOne(em, this.cfg.claimFunction, d.eventId, this.cfg.groupId);
-        if (v !== 'new') {
-          return v; // nothing recorded; the transaction commits nothing
-        }
-        await em
-          .createQueryBuilder()
-          .insert()
-          .into(LedgerEntry)
-          .values({
-            eventId: d.eventId,
-            consumerGroup: this.cfg.groupId,
-            account: req.account,
-            amountCents: String(req.amountCents),
-          })
-          .execute();
-        // Inside the transaction, last: if the charge fails, the claim and the
-        // ledger row roll back and the record is tried again with the same
-        // key; if the commit fails after a charge, the retry's charge carries
-        // the same key and the provider applies it once.
-        await this.charge(d.eventId, req);
-        return v;
-      }),
-    );
+    let verdict: Verdict;
+    try {
+      verdict = await this.claimAndApply(where, heartbeat, d.eventId, req);
+    } catch (e) {
+      if (!(e instanceof ChargeRejected)) {
+        throw e;
+      }
+      await this.byPolicy(this.cfg.onUndecodable, 'charge_rejected', e.message, topic, partition, m, d.eventId);
+      return;
+    }
     this.counters.add(verdict);
     switch (verdict) {
       case 'new':
@@ -213,6 +210,40 @@ class App {
         await this.byPolicy(this.cfg.onNotV7, verdict, 'the event id is not a UUID v7', topic, partition, m, d.eventId);
         return;
     }
+  }
+
+  /** 2. The claim and, for a 'new' event, the ledger row and the charge, in one transaction. */
+  private async claimAndApply(
+    where: object,
+    heartbeat: () => Promise<void>,
+    eventId: string,
+    req: ChargeRequest,
+  ): Promise<Verdict> {
+    return this.attempts(where, heartbeat, () =>
+      this.db.transaction(async (em): Promise<Verdict> => {
+        const v = await claimOne(em, this.cfg.claimFunction, eventId, this.cfg.groupId);
+        if (v !== 'new') {
+          return v; // nothing recorded; the transaction commits nothing
+        }
+        await em
+          .createQueryBuilder()
+          .insert()
+          .into(LedgerEntry)
+          .values({
+            eventId: eventId,
+            consumerGroup: this.cfg.groupId,
+            account: req.account,
+            amountCents: String(req.amountCents),
+          })
+          .execute();
+        // Inside the transaction, last: if the charge fails, the claim and the
+        // ledger row roll back and the record is tried again with the same
+        // key; if the commit fails after a charge, the retry's charge carries
+        // the same key and the provider applies it once.
+        await this.charge(eventId, req);
+        return v;
+      }),
+    );
   }
 
   /** 3. Dead-letter or skip a record; counts and logs either way. */
@@ -265,6 +296,9 @@ class App {
       signal: AbortSignal.timeout(10_000),
     });
     await res.arrayBuffer(); // drain, so the connection is reused
+    if (res.status >= 400 && res.status < 500 && !RETRYABLE_4XX.has(res.status)) {
+      throw new ChargeRejected(`charging ${eventId}: provider refused it with ${res.status}`);
+    }
     if (!res.ok) {
       throw new Error(`charging ${eventId}: provider answered ${res.status}`);
     }
@@ -282,6 +316,9 @@ class App {
       try {
         return await fn();
       } catch (e) {
+        if (e instanceof ChargeRejected) {
+          throw e; // the same answer on every attempt
+        }
         if (i >= this.cfg.attempts || this.stopping) {
           log('error', 'giving up on record for now', { ...where, attempt: i, error: String(e) });
           throw e;
