@@ -219,13 +219,16 @@ func TestDefaultOverlay(t *testing.T) {
 		}
 	}
 
-	// Least privilege: the manager reads Secrets, never writes them, and
-	// touches nothing outside its own API, Deployments, Events and the KEDA
-	// objects of spec.autoscaling (no list or watch: it reads them by name),
-	// plus pods/create for the server-side dry run of controllers/podsecurity.go.
+	// Least privilege: the manager reads Secrets and writes only the
+	// application Secrets "<name>-app" it creates (create and update, never
+	// delete or patch: a Secret of that name it does not control is left
+	// alone, controllers/appsecret.go), and touches nothing outside its own
+	// API, Deployments, Events and the KEDA objects of spec.autoscaling (no
+	// list or watch: it reads them by name), plus pods/create for the
+	// server-side dry run of controllers/podsecurity.go.
 	role := typed(t, find(objs, "ClusterRole", prefix+"manager-role"), &rbacv1.ClusterRole{})
 	allowed := map[string][]string{
-		"/secrets":             {"get", "list", "watch"},
+		"/secrets":             {"create", "get", "list", "update", "watch"},
 		"/pods":                {"create"},
 		"apps/deployments":     {"create", "delete", "get", "list", "patch", "update", "watch"},
 		"events.k8s.io/events": {"create", "patch"},

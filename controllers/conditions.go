@@ -148,6 +148,9 @@ func (r *IdempotentConsumerReconciler) warningCondition(ctx context.Context, s *
 // topicWarning sets a warning condition; a change to a new reason that is not
 // True is a Warning Event and a log line, once.
 func (r *IdempotentConsumerReconciler) topicWarning(ctx context.Context, s *reconcileState, condType string, status metav1.ConditionStatus, reason, message string) {
+	if condType == kafkav1alpha1.ConditionReplicasWithinPartitions && !s.obj.HasConsumer() {
+		return // table only: no replicas to compare
+	}
 	r.warningCondition(ctx, s, actionInspectTopics, condType, status, reason, message)
 }
 

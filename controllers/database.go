@@ -81,7 +81,7 @@ func (r *IdempotentConsumerReconciler) reconcileDatabase(ctx context.Context, s 
 	s.store = store
 	s.databaseOK = true
 	obj.SetCondition(kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionTrue, kafkav1alpha1.ReasonDatabaseReady,
-		fmt.Sprintf("Table %s exists and carries this object's ownership marker", table))
+		tableReadyMessage(obj, table)) // sharing.go
 	r.reportDurability(ctx, dctx, s, store)
 	return nil
 }
@@ -146,6 +146,9 @@ func (e *LiveOwnerError) Error() string {
 // an object of this cluster that still has the UID are refused.
 func (r *IdempotentConsumerReconciler) ensureTable(ctx, dctx context.Context, s *reconcileState, store TableStore) error {
 	obj := s.obj
+	if sharedTable(obj) {
+		return r.ensureSharedTable(ctx, dctx, s, store) // sharing.go
+	}
 	owner := string(obj.UID)
 	err := store.EnsureTable(dctx, owner)
 	from := obj.Spec.Database.AdoptFromUID
@@ -231,6 +234,9 @@ func (r *IdempotentConsumerReconciler) databaseFailure(ctx context.Context, s *r
 // ownershipProblem explains who holds a table this object cannot take,
 // and what spec.database.adoptFromUID can (or cannot) do about it.
 func (r *IdempotentConsumerReconciler) ownershipProblem(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, own *dedup.OwnershipError) (string, string) {
+	if msg, ok := sharingProblem(obj, own); ok { // sharing.go
+		return kafkav1alpha1.ReasonTableClaimed, msg
+	}
 	from := obj.Spec.Database.AdoptFromUID
 	if own.Owner == "" {
 		msg := fmt.Sprintf(

@@ -40,7 +40,7 @@ import (
 // reconcileFinalizer keeps the finalizer in step with deletionPolicy: only
 // Delete needs cleanup, so only Delete holds the object on deletion.
 func (r *IdempotentConsumerReconciler) reconcileFinalizer(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer) error {
-	want := obj.DeletionPolicy() == kafkav1alpha1.DeletionDelete
+	want := obj.DeletionPolicy() == kafkav1alpha1.DeletionDelete || sharedTable(obj) // a shared table's user must unregister
 	if want == controllerutil.ContainsFinalizer(obj, Finalizer) {
 		return nil
 	}
@@ -71,7 +71,7 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 		r.forget(key)
 		return ctrl.Result{}, nil
 	}
-	if obj.DeletionPolicy() != kafkav1alpha1.DeletionDelete {
+	if obj.DeletionPolicy() != kafkav1alpha1.DeletionDelete && !sharedTable(obj) {
 		r.event(obj, corev1.EventTypeNormal, ReasonTableRetained, actionDelete,
 			fmt.Sprintf("deletionPolicy is Retain: table %s is kept", tableOf(obj)))
 		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
@@ -115,6 +115,13 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 		log.FromContext(ctx).Info("Table kept: a Secret it needs is gone", "table", table.String(), "reason", prob.reason)
 		return ctrl.Result{}, r.removeFinalizer(ctx, obj)
 	}
+	if prob == nil && sharedTable(obj) {
+		if err = r.leaveSharedTable(ctx, obj, db, table); err == nil { // sharing.go
+			return ctrl.Result{}, r.removeFinalizer(ctx, obj)
+		}
+		reason, _ := classifyDatabaseError(err)
+		prob = &problem{reason, describeDatabaseError(reason, err)}
+	}
 	if prob == nil {
 		err = r.dropTable(ctx, obj, db, table)
 		var own *dedup.OwnershipError
@@ -135,6 +142,9 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 
 	// Could not drop: say why and try again later.
 	msg := s.scrub(fmt.Sprintf("Waiting to drop table %s before deletion completes (set deletionPolicy to Retain to skip): %s", table, prob.message))
+	if sharedTable(obj) {
+		msg = s.scrub(sharedDeleteWait(table, obj, prob.message))
+	}
 	obj.SetCondition(kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, prob.reason, s.scrub(prob.message))
 	startedWaiting := obj.SetCondition(kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonDeleting, msg)
 	obj.SetCondition(kafkav1alpha1.ConditionReconciling, metav1.ConditionTrue, kafkav1alpha1.ReasonDeleting, msg)

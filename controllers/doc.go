@@ -16,9 +16,11 @@ limitations under the License.
 
 // Package controllers holds the IdempotentConsumer reconciler. One Reconcile
 // (reconciler.go) runs a linear chain of phases, each in its own file: the
-// database (database.go: connection, table, ownership), the partitions
-// (partitions.go: maintenance on schedule), the topic checks (topics.go), the
-// consumer Deployment (deployment.go: server-side apply and rollout status;
+// database (database.go: connection, table, ownership), a shared table's
+// registration (sharing.go), the partitions (partitions.go: maintenance on
+// schedule), the application Secret (appsecret.go), the topic checks
+// (topics.go), the consumer Deployment (tableonly.go chooses: deployment.go,
+// server-side apply and rollout status, or none without spec.consumer;
 // rollout.go: the bound on template changes the operator itself causes),
 // autoscaling (autoscaling.go), deletion (delete.go), and status (status.go:
 // computed from what this loop observed, written once if it changed).

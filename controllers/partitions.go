@@ -47,7 +47,7 @@ func (r *IdempotentConsumerReconciler) reconcilePartitions(ctx context.Context, 
 		return nil
 	}
 	iv := dedup.Interval(obj.Interval())
-	premake, retention := obj.Premake(), obj.Retention()
+	premake, retention := maintenancePolicy(s) // a shared table's: the longest retention and largest premake registered
 	if err := dedup.ValidatePolicy(iv, premake, retention); err != nil {
 		r.partitionsNotReady(ctx, s, kafkav1alpha1.ReasonInvalidSpec, err.Error(), false)
 		return nil

@@ -208,11 +208,13 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 	}
 	for _, phase := range []func(context.Context, *reconcileState) error{
 		r.reconcileDatabase,
+		r.reconcileSharing, // sharing.go
 		r.reconcileRoles,
 		r.reconcilePartitions,
+		r.reconcileApplicationSecret, // appsecret.go
 		r.decideAutoscaling,
 		r.reconcileTopics,
-		r.reconcileDeployment,
+		r.reconcileWorkload, // tableonly.go: the Deployment, or none without spec.consumer
 		r.reconcileAutoscaling,
 	} {
 		if err := phase(ctx, s); err != nil {
@@ -237,6 +239,8 @@ type reconcileState struct {
 	progressing  *problem // a wait that is neither (rollout in progress)
 	partitionsOK bool
 	consumerOK   bool
+	// shared is a shared table's effective policy, registered this reconcile.
+	shared *sharedPolicy
 
 	// secretValues are the Secret keys read this reconcile.
 	secretValues map[kafkav1alpha1.SecretKeyRef]secretValue
@@ -323,6 +327,9 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		// that object up.
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(consumerForDeployment)).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.consumersForSecret)).
+		// The application Secrets (appsecret.go): one deleted or edited is put back.
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),
+			&kafkav1alpha1.IdempotentConsumer{}, handler.OnlyControllerOwner())).
 		WatchesRawSource(source.Channel(r.rollout.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
 		Complete(r)

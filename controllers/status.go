@@ -60,11 +60,7 @@ func (r *IdempotentConsumerReconciler) summarize(s *reconcileState) {
 		setAbnormal(kafkav1alpha1.ConditionStalled, nil)
 		setAbnormal(kafkav1alpha1.ConditionReconciling, &problem{kafkav1alpha1.ReasonProgressing, p.message})
 	default:
-		msg := "Table, partitions and consumer are ready"
-		if w := obj.Status.Window; w != nil {
-			msg = fmt.Sprintf("Table %s covers %s; consumer %s is available", obj.Status.Table, w.Summary, obj.Status.DeploymentName)
-		}
-		obj.SetCondition(kafkav1alpha1.ConditionReady, metav1.ConditionTrue, kafkav1alpha1.ReasonReady, msg)
+		obj.SetCondition(kafkav1alpha1.ConditionReady, metav1.ConditionTrue, kafkav1alpha1.ReasonReady, readyMessage(obj))
 		setAbnormal(kafkav1alpha1.ConditionStalled, nil)
 		setAbnormal(kafkav1alpha1.ConditionReconciling, nil)
 	}

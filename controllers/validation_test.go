@@ -188,8 +188,10 @@ func testInvalidObjectsRejected(t *testing.T, te *testEnv) {
 		})
 	}
 
-	// Both samples are accepted as they are.
-	for _, f := range []string{"kafka_v1alpha1_idempotentconsumer_billing.yaml", "kafka_v1alpha1_idempotentconsumer_ledger.yaml"} {
+	// The samples are accepted as they are.
+	for _, f := range []string{"kafka_v1alpha1_idempotentconsumer_billing.yaml", "kafka_v1alpha1_idempotentconsumer_ledger.yaml",
+		"kafka_v1alpha1_idempotentconsumer_orders_tableonly.yaml", "kafka_v1alpha1_idempotentconsumer_notifications_email.yaml",
+		"kafka_v1alpha1_idempotentconsumer_notifications_sms.yaml"} {
 		sample := loadSample(t, f)
 		sample.Namespace = ns
 		if err := te.c.Create(context.Background(), sample); err != nil {

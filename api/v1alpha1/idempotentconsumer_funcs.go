@@ -26,7 +26,8 @@ import (
 // Condition types.
 const (
 	// ConditionReady summarises the others: True when the database, the
-	// partitions and the consumer are all ready for the current generation.
+	// partitions and the consumer (if spec.consumer is set) are all ready
+	// for the current generation.
 	ConditionReady = "Ready"
 	// ConditionDatabaseReady: the Secret was read, the database reached, and
 	// the table exists and carries this object's ownership marker.
@@ -103,6 +104,12 @@ const (
 	ReasonTableLayoutMismatch  = "TableLayoutMismatch"
 	ReasonLockNotAvailable     = "LockNotAvailable"
 	ReasonDatabaseError        = "DatabaseError"
+	// ReasonConsumerGroupInUse: another object registered the same consumer
+	// group on the shared table.
+	ReasonConsumerGroupInUse = "ConsumerGroupInUse"
+	// ReasonApplicationSecretConflict: a Secret named <name>-app exists
+	// and is not controlled by this object.
+	ReasonApplicationSecretConflict = "ApplicationSecretNotOwned"
 
 	// PartitionsReady.
 	ReasonPartitionsReady    = "PartitionsReady"
@@ -266,6 +273,27 @@ func (c *IdempotentConsumer) DeletionPolicy() DeletionPolicy {
 		return DeletionRetain
 	}
 	return c.Spec.DeletionPolicy
+}
+
+// HasConsumer reports whether spec.consumer is set. Without it the object
+// is table only: no Deployment. (A consumer section always has a sink
+// type, which the schema requires.)
+func (c *IdempotentConsumer) HasConsumer() bool {
+	return c.Spec.Consumer.Sink.Type != ""
+}
+
+// Sharing is spec.dedup.sharing or its default.
+func (c *IdempotentConsumer) Sharing() TableSharing {
+	if c.Spec.Dedup.Sharing == "" {
+		return SharingExclusive
+	}
+	return c.Spec.Dedup.Sharing
+}
+
+// ApplicationSecretName is the name of the Secret with what an
+// application needs to use the table: "<name>-app".
+func (c *IdempotentConsumer) ApplicationSecretName() string {
+	return c.Name + "-app"
 }
 
 // Replicas is spec.consumer.replicas or its default (1).

@@ -77,6 +77,18 @@ const (
 	DeletionDelete DeletionPolicy = "Delete"
 )
 
+// TableSharing says whether several objects may use one table.
+// +kubebuilder:validation:Enum=Exclusive;Shared
+type TableSharing string
+
+const (
+	// SharingExclusive: the table belongs to one object.
+	SharingExclusive TableSharing = "Exclusive"
+	// SharingShared: objects with sharing Shared, each with its own consumer
+	// group, use the table together.
+	SharingShared TableSharing = "Shared"
+)
+
 // SinkType selects what the ready-made consumer does with each new event.
 // +kubebuilder:validation:Enum=HTTP;SQL;Log;None
 type SinkType string
@@ -139,6 +151,8 @@ type SecretKeyRef struct {
 // where it reads, which PostgreSQL table remembers what it has processed, how
 // that table is partitioned and for how long it remembers, and how the consumer
 // itself runs.
+// +kubebuilder:validation:XValidation:rule="(has(self.dedup) && has(self.dedup.scope) && self.dedup.scope == 'Global') || self.kafka.groupID == oldSelf.kafka.groupID",message="kafka.groupID is immutable with dedup scope ConsumerGroup: the group is part of the dedup key, so a new group starts with an empty dedup history and, from the earliest offset, processes every event still in the topic again (every side effect repeated). To move to a new group on purpose, create a new IdempotentConsumer with it (docs/runbooks.md, Changing the consumer group)"
+// +kubebuilder:validation:XValidation:rule="!has(self.autoscaling) || !self.autoscaling.enabled || has(self.consumer)",message="autoscaling needs a consumer section: without one (table only) the operator runs no Deployment to scale"
 type IdempotentConsumerSpec struct {
 	// kafka says where the consumer reads from.
 	// +required
@@ -153,9 +167,15 @@ type IdempotentConsumerSpec struct {
 	// +kubebuilder:default={}
 	Dedup DedupSpec `json:"dedup,omitzero"`
 
-	// consumer describes the consumer Deployment the operator runs.
-	// +required
-	Consumer ConsumerSpec `json:"consumer"`
+	// consumer describes the consumer Deployment the operator runs. Absent
+	// means table only: the operator creates and maintains the table and
+	// publishes how to use it in the application Secret
+	// (status.applicationSecretName), and runs no Deployment; the
+	// application brings its own consumer (docs/any-language.md). Removing
+	// the section from an object that had one deletes the Deployment the
+	// operator ran for it; the table and its rows stay.
+	// +optional
+	Consumer ConsumerSpec `json:"consumer,omitzero"`
 
 	// deletionPolicy says what happens to the table when this object is
 	// deleted: Retain (the default) keeps it; Delete drops it, and only if this

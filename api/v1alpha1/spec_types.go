@@ -171,7 +171,13 @@ type DatabaseSpec struct {
 	// it for DDL (its role owns the table), and the consumer for its
 	// transactions unless consumerURLSecretRef gives it a role of its own;
 	// it never appears in the object, in logs or in events.
+	//
+	// Immutable: another Secret may point at another database, where this
+	// object's dedup history does not exist, and every event still in the
+	// topic would be processed again. Rotate credentials by changing the
+	// Secret's value; to move to another database create a new object.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="database.urlSecretRef is immutable: another Secret may point at another database, without this object's dedup history, and every event still in the topic would be processed again. Rotate credentials by changing the Secret's value; to move to another database create a new IdempotentConsumer (docs/runbooks.md)"
 	URLSecretRef SecretKeyRef `json:"urlSecretRef"`
 
 	// consumerURLSecretRef selects a Secret key holding the connection URL
@@ -275,6 +281,7 @@ type DatabaseSpec struct {
 }
 
 // DedupSpec is the deduplication and partitioning policy.
+// +kubebuilder:validation:XValidation:rule="!has(self.sharing) || self.sharing != 'Shared' || !has(self.scope) || self.scope == 'ConsumerGroup'",message="sharing Shared needs scope ConsumerGroup: each object's rows are told apart by its consumer group"
 // +kubebuilder:validation:XValidation:rule="!has(self.retention) || !has(self.interval) || duration(self.retention) >= (self.interval == 'Hourly' ? duration('1h') : self.interval == 'Daily' ? duration('24h') : self.interval == 'Weekly' ? duration('168h') : duration('744h'))",message="retention must be at least one partition interval (Hourly 1h, Daily 24h, Weekly 168h, Monthly 744h)"
 // +kubebuilder:validation:XValidation:rule="!has(self.retention) || !has(self.interval) || self.interval != 'Hourly' || duration(self.retention) <= duration('1920h')",message="with Hourly partitions retention must be at most 1920h (80 days), or the table gets too many partitions; use Daily"
 // +kubebuilder:validation:XValidation:rule="!has(self.retention) || !has(self.interval) || self.interval != 'Daily' || duration(self.retention) <= duration('46080h')",message="with Daily partitions retention must be at most 46080h (1920 days), or the table gets too many partitions; use Weekly"
@@ -323,4 +330,21 @@ type DedupSpec struct {
 	// +optional
 	// +kubebuilder:default=DeadLetter
 	OutOfWindowPolicy OutOfWindowPolicy `json:"outOfWindowPolicy,omitempty"`
+
+	// sharing says whether other IdempotentConsumers, each with its own
+	// consumer group, may use this object's table. Exclusive (the default):
+	// the table belongs to this object alone, and another object naming it
+	// is refused (TableClaimedByAnotherObject). Shared: every object that
+	// names the table with sharing Shared registers in the table's registry
+	// (<table>_users) and uses it with its own consumer group; each
+	// maintains the partitions (the passes are idempotent, under the table's
+	// lock) with the longest retention and the largest premake registered;
+	// deleting one unregisters it, and the table is dropped only when the
+	// last one leaves with deletionPolicy Delete. Needs scope ConsumerGroup.
+	// Exclusive can change to Shared (the table's ownership marker then
+	// names the shared table instead of this object), never back.
+	// +optional
+	// +kubebuilder:default=Exclusive
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf || oldSelf == 'Exclusive'",message="sharing cannot change from Shared back to Exclusive: other objects may be registered on the table. Delete the other objects first and create a new object, or keep Shared"
+	Sharing TableSharing `json:"sharing,omitempty"`
 }

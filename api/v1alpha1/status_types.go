@@ -30,10 +30,10 @@ type IdempotentConsumerStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Ready (the summary), DatabaseReady, PartitionsReady,
-	// ConsumerReady, the kstatus conventions Reconciling and Stalled, and the
-	// warnings TopicRetentionCovered, ReplicasWithinPartitions,
-	// DatabaseDurable, DatabaseRoles and AutoscalingReady, which do not
-	// affect Ready.
+	// ConsumerReady (absent without spec.consumer), the kstatus conventions
+	// Reconciling and Stalled, and the warnings TopicRetentionCovered,
+	// ReplicasWithinPartitions, DatabaseDurable, DatabaseRoles and
+	// AutoscalingReady, which do not affect Ready.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -95,6 +95,52 @@ type IdempotentConsumerStatus struct {
 	// changes. Empty in the single-role setup.
 	// +optional
 	ConsumerRole *ConsumerRoleStatus `json:"consumerRole,omitempty"`
+
+	// applicationSecretName is the Secret "<name>-app" the operator keeps
+	// with what an application needs to use the table: the keys schema,
+	// table, scope, consumerGroup, claimFunction, claimOneFunction,
+	// positionsTable and, with spec.database.consumerURLSecretRef, uri (the
+	// consumer role's connection URL). Set once the table is ready.
+	// +optional
+	ApplicationSecretName string `json:"applicationSecretName,omitempty"`
+
+	// sharedTable is present with spec.dedup.sharing Shared: who is
+	// registered on the table and the policy its partitions are kept with.
+	// +optional
+	SharedTable *SharedTableStatus `json:"sharedTable,omitempty"`
+}
+
+// SharedTableStatus describes a table that several objects use.
+type SharedTableStatus struct {
+	// users are the objects registered on the table, this one included,
+	// oldest registration first.
+	// +optional
+	// +listType=atomic
+	Users []SharedTableUser `json:"users,omitempty"`
+
+	// effectiveRetention is the longest retention registered: partitions
+	// are kept that long for every user.
+	// +optional
+	EffectiveRetention string `json:"effectiveRetention,omitempty"`
+
+	// effectivePremake is the largest premake registered.
+	// +optional
+	EffectivePremake int32 `json:"effectivePremake,omitempty"`
+}
+
+// SharedTableUser is one object registered on a shared table.
+type SharedTableUser struct {
+	// object is the registered object, as namespace/name.
+	Object string `json:"object"`
+	// consumerGroup is its consumer group, the second column of its rows'
+	// key.
+	ConsumerGroup string `json:"consumerGroup"`
+	// retention it asked for.
+	// +optional
+	Retention string `json:"retention,omitempty"`
+	// premake it asked for.
+	// +optional
+	Premake int32 `json:"premake,omitempty"`
 }
 
 // ConsumerRoleStatus names the database role the consumer's privileges were

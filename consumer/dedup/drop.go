@@ -22,6 +22,11 @@ func (e *Engine) DropTable(ctx context.Context, owner string) error {
 		return fmt.Errorf("dropping table %s: %w", e.table, err)
 	}
 	defer release()
+	return e.dropTable(ctx, conn, owner)
+}
+
+// dropTable is DropTable on a session that holds the table's advisory lock.
+func (e *Engine) dropTable(ctx context.Context, conn *pgx.Conn, owner string) error {
 	st, err := e.observe(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("dropping table %s: %w", e.table, err)
@@ -39,8 +44,12 @@ func (e *Engine) DropTable(ctx context.Context, owner string) error {
 	if len(st.Foreign) > 0 {
 		return fmt.Errorf("dropping table %s: foreign partitions attached (%s); detach them first", e.table, strings.Join(st.Foreign, ", "))
 	}
-	// The positions go first: a run cut short after them leaves a table
-	// that EnsureTable completes again, never positions without a table.
+	// The registry and positions go first: a run cut short after them
+	// leaves a table that EnsureTable (and Register) complete again, never
+	// positions or a registry without a table.
+	if err := e.dropUsers(ctx, conn); err != nil { // registry.go: a shared table's
+		return fmt.Errorf("dropping table %s: %w", e.table, err)
+	}
 	if err := e.dropPositions(ctx, conn); err != nil {
 		return fmt.Errorf("dropping table %s: %w", e.table, err)
 	}

@@ -62,6 +62,9 @@ func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, po
 	if _, err := e.migrateLayout(ctx, conn, st); err != nil {
 		return err // a newer layout is refused before any partition is touched
 	}
+	if policy, err = e.sharedPolicy(ctx, conn, st, policy); err != nil { // registry.go: a shared table's longest retention and largest premake
+		return err
+	}
 	plan := policy.Plan(now, e.table.Name, st.Partitions)
 	orphans := make(map[string]bool)
 	for _, o := range st.Orphans {
