@@ -224,6 +224,9 @@ func scanCommand(where, seg string, add func(mention)) string {
 	return ""
 }
 
+// listItem starts a Markdown list item: a bullet or a number.
+var listItem = regexp.MustCompile(`^([-*+]|[0-9]+\.) `)
+
 // segments splits a shell line into commands.
 func segments(line string) []string {
 	return regexp.MustCompile(`\|\||&&|[|;]|\$\(`).Split(line, -1)
@@ -274,8 +277,8 @@ func scan(t *testing.T, dir, file string) []mention {
 			}
 			continue
 		}
-		if trimmed == "" || strings.HasPrefix(trimmed, "|") || strings.HasPrefix(trimmed, "#") {
-			context = "" // a new paragraph; every table row and heading stands alone
+		if trimmed == "" || strings.HasPrefix(trimmed, "|") || strings.HasPrefix(trimmed, "#") || listItem.MatchString(trimmed) {
+			context = "" // a new paragraph; every table row, heading and list item stands alone
 		}
 		for _, sp := range spanRE.FindAllStringSubmatch(line, -1) {
 			span := sp[1]
