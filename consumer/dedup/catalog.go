@@ -269,3 +269,24 @@ SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), ''), c.reli
 	}
 	return out, nil
 }
+
+// observeOwned observes the table and checks that it is ours as EnsureTable
+// left it: it exists (else ErrTableNotFound), carries a marker, and the
+// marker still names this Engine's owner (else *OwnershipError: adopted by
+// another object since this Engine's EnsureTable).
+func (e *Engine) observeOwned(ctx context.Context, conn *pgx.Conn) (State, error) {
+	st, err := e.observe(ctx, conn)
+	if err != nil {
+		return st, err
+	}
+	if !st.Exists {
+		return st, ErrTableNotFound
+	}
+	if st.Owner == "" {
+		return st, &OwnershipError{Table: e.table.String()}
+	}
+	if want := e.ensuredOwner(); want != "" && st.Owner != want {
+		return st, &OwnershipError{Table: e.table.String(), Owner: st.Owner}
+	}
+	return st, nil
+}

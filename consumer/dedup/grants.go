@@ -184,18 +184,8 @@ func (e *Engine) grantConsumer(ctx context.Context, conn *pgx.Conn, role, group 
 // leaves it, and has its positions table: only then is there anything to
 // grant on.
 func (e *Engine) checkGrantable(ctx context.Context, conn *pgx.Conn) error {
-	st, err := e.observe(ctx, conn)
-	if err != nil {
+	if _, err := e.observeOwned(ctx, conn); err != nil {
 		return err
-	}
-	if !st.Exists {
-		return ErrTableNotFound
-	}
-	if st.Owner == "" {
-		return &OwnershipError{Table: e.table.String()}
-	}
-	if want := e.ensuredOwner(); want != "" && st.Owner != want {
-		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
 	}
 	if ok, err := e.checkPositions(ctx, conn); err != nil {
 		return err
@@ -366,18 +356,10 @@ func (e *Engine) RevokeConsumer(ctx context.Context, role, group string) (GrantR
 }
 
 func (e *Engine) revokeConsumer(ctx context.Context, conn *pgx.Conn, role, group string, res *GrantResult) error {
-	st, err := e.observe(ctx, conn)
-	if err != nil {
+	if _, err := e.observeOwned(ctx, conn); errors.Is(err, ErrTableNotFound) {
+		return nil // nothing left to revoke on
+	} else if err != nil {
 		return err
-	}
-	if !st.Exists {
-		return nil
-	}
-	if st.Owner == "" {
-		return &OwnershipError{Table: e.table.String()}
-	}
-	if want := e.ensuredOwner(); want != "" && st.Owner != want {
-		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
 	}
 	var (
 		exists  bool
@@ -391,7 +373,7 @@ func (e *Engine) revokeConsumer(ctx context.Context, conn *pgx.Conn, role, group
 	for _, s := range claimFunctionSuffixes {
 		names = append(names, e.table.Name+s)
 	}
-	err = conn.QueryRow(qctx, `
+	err := conn.QueryRow(qctx, `
 WITH t AS (SELECT c.oid, c.relname::text AS name, c.relacl, c.relowner FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE n.nspname = $2 AND c.relname = ANY (ARRAY[$3, $4])),
      -- Never the owner (or a member of it): its own privileges are in

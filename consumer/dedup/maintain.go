@@ -45,19 +45,9 @@ func (e *Engine) Maintain(ctx context.Context, now time.Time, premake int, reten
 }
 
 func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, policy Policy, res *Result) error {
-	st, err := e.observe(ctx, conn)
+	st, err := e.observeOwned(ctx, conn)
 	if err != nil {
 		return err
-	}
-	if !st.Exists {
-		return ErrTableNotFound
-	}
-	if st.Owner == "" {
-		return &OwnershipError{Table: e.table.String()}
-	}
-	if want := e.ensuredOwner(); want != "" && st.Owner != want {
-		// Adopted by another object since this Engine's EnsureTable.
-		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
 	}
 	if _, err := e.migrateLayout(ctx, conn, st); err != nil {
 		return err // a newer layout is refused before any partition is touched
