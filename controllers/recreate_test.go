@@ -39,20 +39,8 @@ import (
 // once and creates its own, instead of waiting for its timed reconcile
 // (made an hour away here, so only the Deployment's deletion can wake it).
 func TestRecreatedObjectTakesOverWhenOldDeploymentGoes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("envtest and PostgreSQL: skipped with -short")
-	}
-	te := startEnv(t, envOptions{options: Options{
-		RetryBase: time.Hour, RetryMax: time.Hour,
-		TopicRetryBase: time.Hour, TopicRetryMax: time.Hour, TopicCheckInterval: -1,
-	}})
+	te, ns, old, depKey := readyObjectWithoutTimers(t)
 	ctx := context.Background()
-	ns := te.namespace(t)
-	te.secret(t, ns, "db", map[string]string{"url": consumertest.DatabaseURL(t)})
-
-	te.create(t, newConsumer(ns, "orders"))
-	old := te.waitReady(t, ns, "orders")
-	depKey := types.NamespacedName{Namespace: ns, Name: objects.DeploymentName(old)}
 	oldDep := &appsv1.Deployment{}
 	if err := te.c.Get(ctx, depKey, oldDep); err != nil {
 		t.Fatal(err)
@@ -98,20 +86,8 @@ func TestRecreatedObjectTakesOverWhenOldDeploymentGoes(t *testing.T) {
 // DeploymentNotOwned; when someone deletes that Deployment it is reconciled
 // at once, although no owner reference leads from the Deployment to it.
 func TestRecreatedObjectTakesOverWhenOrphanedDeploymentGoes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("envtest and PostgreSQL: skipped with -short")
-	}
-	te := startEnv(t, envOptions{options: Options{
-		RetryBase: time.Hour, RetryMax: time.Hour,
-		TopicRetryBase: time.Hour, TopicRetryMax: time.Hour, TopicCheckInterval: -1,
-	}})
+	te, ns, old, depKey := readyObjectWithoutTimers(t)
 	ctx := context.Background()
-	ns := te.namespace(t)
-	te.secret(t, ns, "db", map[string]string{"url": consumertest.DatabaseURL(t)})
-
-	te.create(t, newConsumer(ns, "orders"))
-	old := te.waitReady(t, ns, "orders")
-	depKey := types.NamespacedName{Namespace: ns, Name: objects.DeploymentName(old)}
 
 	// What the garbage collector does for a delete with the orphan policy
 	// (envtest has none): the owner reference goes, then the object.
@@ -150,4 +126,23 @@ func TestRecreatedObjectTakesOverWhenOrphanedDeploymentGoes(t *testing.T) {
 	if !metav1.IsControlledBy(dep, now) {
 		t.Fatalf("Deployment %s is controlled by %v, want the new object %s", depKey.Name, metav1.GetControllerOf(dep), now.UID)
 	}
+}
+
+// readyObjectWithoutTimers starts an operator whose retries and topic
+// checks are an hour away (so only a watch can wake an object), and makes
+// the object "orders" Ready; it returns the object and its Deployment's key.
+func readyObjectWithoutTimers(t *testing.T) (*testEnv, string, *kafkav1alpha1.IdempotentConsumer, types.NamespacedName) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("envtest and PostgreSQL: skipped with -short")
+	}
+	te := startEnv(t, envOptions{options: Options{
+		RetryBase: time.Hour, RetryMax: time.Hour,
+		TopicRetryBase: time.Hour, TopicRetryMax: time.Hour, TopicCheckInterval: -1,
+	}})
+	ns := te.namespace(t)
+	te.secret(t, ns, "db", map[string]string{"url": consumertest.DatabaseURL(t)})
+	te.create(t, newConsumer(ns, "orders"))
+	old := te.waitReady(t, ns, "orders")
+	return te, ns, old, types.NamespacedName{Namespace: ns, Name: objects.DeploymentName(old)}
 }
