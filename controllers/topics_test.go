@@ -214,7 +214,11 @@ func testTopicRetention(t *testing.T, te *testEnv) {
 	t.Run("BrokerDown", func(t *testing.T) {
 		// A broker of its own, to stop.
 		own := consumertest.NewKafka(t)
-		if err := own.CreateTopic(cctx, "orders", 4, map[string]string{"retention.ms": retentionMS(day)}); err != nil {
+		// A deadline of its own: cctx was set when the test began, and the
+		// subtests before this one can use all of it on a loaded machine.
+		octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
+		defer ocancel()
+		if err := own.CreateTopic(octx, "orders", 4, map[string]string{"retention.ms": retentionMS(day)}); err != nil {
 			t.Fatal(err)
 		}
 		te.create(t, newConsumer(ns, "down", withTable("down"), withKafka(own.Brokers(), "orders")))
