@@ -24,11 +24,13 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -77,7 +79,15 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	})
 	ctx := context.Background()
 	ns := te.namespace(t)
-	te.secret(t, ns, "db", map[string]string{"url": consumertest.DatabaseURL(t)})
+	dbURL := ""
+	if profileDir != "" {
+		// A server of its own with pg_stat_statements: the statements the
+		// reconciles sent, by total time, go to pgss.txt.
+		dbURL = statementsDatabase(t, filepath.Join(profileDir, "pgss.txt"))
+	} else {
+		dbURL = consumertest.DatabaseURL(t)
+	}
+	te.secret(t, ns, "db", map[string]string{"url": dbURL})
 	k := consumertest.NewKafka(t)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -186,6 +196,61 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// statementsDatabase starts a PostgreSQL server that tracks statements
+// (pg_stat_statements) and returns its URL; at cleanup the 40 statements with
+// the largest total time are written to out.
+func statementsDatabase(t *testing.T, out string) string {
+	t.Helper()
+	pg, err := consumertest.StartPostgres(consumertest.WithSetting("shared_preload_libraries", "pg_stat_statements"),
+		consumertest.WithSetting("pg_stat_statements.track_utility", "on"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := pg.URL("postgres")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer func() { _ = pg.Stop() }()
+		defer conn.Close(ctx)
+		// Utility statements (DDL) are tracked one text each: grouped
+		// here with their identifiers and literals taken out.
+		rows, err := conn.Query(ctx, `
+SELECT sum(calls)::bigint, round(sum(total_exec_time))::bigint, (sum(total_exec_time) / sum(calls))::float8, sum(wal_records)::bigint, q
+  FROM (SELECT calls, total_exec_time, wal_records,
+               left(regexp_replace(regexp_replace(query, '"[^"]*"|''[^'']*''|[0-9]+', '?', 'g'), '\s+', ' ', 'g'), 160) AS q
+          FROM pg_stat_statements) s
+ GROUP BY q ORDER BY 2 DESC LIMIT 40`)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%8s %9s %9s %8s  %s\n", "calls", "total_ms", "mean_ms", "wal_recs", "query")
+		for rows.Next() {
+			var (
+				calls, total, wal int64
+				mean              float64
+				q                 string
+			)
+			if err := rows.Scan(&calls, &total, &mean, &wal, &q); err != nil {
+				t.Error(err)
+				return
+			}
+			fmt.Fprintf(&b, "%8d %9d %9.2f %8d  %s\n", calls, total, mean, wal, q)
+		}
+		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	})
+	return url
 }
 
 // timedOpener sums the wall time spent inside TableStore calls, to tell the
