@@ -226,19 +226,26 @@ type markedTable struct {
 	ofTable     bool // to this table
 }
 
+// markedTablesSQL lists the tables of schema $1 whose names start with
+// <table>_p: the range [$2, $3) = [<table>_p, <table>_q) of pg_class's index
+// on relname, as name compares bytewise (collation C). A condition the index
+// cannot use (left(relname, n)) read all of pg_class, some ten rows per
+// object in a database of many tables, on every observe: quadratic in the
+// number of tables when each is maintained.
+const markedTablesSQL = `
+SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), ''), c.relispartition,
+       c.relispartition AND EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
+                WHERE i.inhrelid = c.oid AND p.relnamespace = c.relnamespace AND p.relname = $4)
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname >= $2::name AND c.relname < $3::name AND ($5 OR NOT c.relispartition)
+ ORDER BY c.relname`
+
 // markedTables is the one catalog scan for the tables that carry our
 // partition marker: the standalone ones only, or (attached) the attached
 // ones too, in name order. A table whose name or marker does not match is
 // left out: never touched. op prefixes the errors.
 func (e *Engine) markedTables(ctx context.Context, conn *pgx.Conn, owner string, attached bool, op string) ([]markedTable, error) {
-	prefix := e.table.Name + "_p"
-	rows, err := conn.Query(ctx, `
-SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), ''), c.relispartition,
-       c.relispartition AND EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
-                WHERE i.inhrelid = c.oid AND p.relnamespace = c.relnamespace AND p.relname = $4)
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = $1 AND c.relkind = 'r' AND left(c.relname, $2) = $3 AND ($5 OR NOT c.relispartition)
- ORDER BY c.relname`, e.table.Schema, len(prefix), prefix, e.table.Name, attached)
+	rows, err := conn.Query(ctx, markedTablesSQL, e.table.Schema, e.table.Name+"_p", e.table.Name+"_q", e.table.Name, attached)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,6 +60,18 @@ func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, po
 	orphans := make(map[string]bool)
 	for _, o := range st.Orphans {
 		orphans[o.Name] = true
+	}
+
+	// A table without any partition (just created) gets its first ones in
+	// one transaction: nothing is left half done to converge from, and one
+	// commit instead of two per partition (make bench: a new object's
+	// first partitions took about 60% of the time).
+	if len(st.Partitions) == 0 && len(st.Orphans) == 0 && len(plan.Create) > 1 {
+		if err := e.createFirstPartitions(ctx, conn, createOrder(plan.Create, e.table.Interval.Floor(now)), st.Owner); err != nil {
+			return err
+		}
+		res.Created = append(res.Created, plan.Create...)
+		plan.Create = nil
 	}
 
 	// Creating comes first: a missing current or next partition makes
@@ -145,8 +158,6 @@ const boundsConstraint = "idempotency_bounds"
 // again without a scan.
 func (e *Engine) createPartition(ctx context.Context, conn *pgx.Conn, p Partition, owner string, adopt bool) error {
 	child := pgx.Identifier{e.table.Schema, p.Name}.Sanitize()
-	lo, hi := p.Bounds()
-	check := fmt.Sprintf(`CHECK (event_id >= '%s'::uuid AND event_id < '%s'::uuid)`, lo, hi)
 	if adopt {
 		var has bool
 		qctx, cancel := e.bounded(ctx)
@@ -157,18 +168,16 @@ func (e *Engine) createPartition(ctx context.Context, conn *pgx.Conn, p Partitio
 			return fmt.Errorf("inspecting standalone table %s: %w", p.Name, err)
 		}
 		if !has {
-			sql := fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, child, boundsConstraint, check)
+			sql := fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, child, boundsConstraint, boundsCheck(p))
 			if err := e.ddl(ctx, conn, "adding bounds to standalone table "+p.Name, sql); err != nil {
 				return err
 			}
 		}
 	} else {
-		marker, err := jsonLiteral(partitionMarker{PartitionOf: e.table.String(), Owner: owner, From: lo.String(), To: hi.String()})
+		sql, err := e.createChildSQL(p, owner)
 		if err != nil {
 			return err
 		}
-		sql := fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL, CONSTRAINT %s %s);\nCOMMENT ON TABLE %s IS %s",
-			child, e.parent(), boundsConstraint, check, child, marker)
 		if err := e.ddl(ctx, conn, "creating table for partition "+p.Name, sql); err != nil {
 			if isNameTaken(err) {
 				// Not an orphan of ours (observe would have adopted it):
@@ -185,11 +194,65 @@ func (e *Engine) createPartition(ctx context.Context, conn *pgx.Conn, p Partitio
 	if err := e.step(ctx, StepCreated, p.Name); err != nil {
 		return err
 	}
-	sql := fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`, e.parent(), child, lo, hi)
-	if err := e.ddl(ctx, conn, "attaching partition "+p.Name, sql); err != nil {
+	if err := e.ddl(ctx, conn, "attaching partition "+p.Name, e.attachSQL(p)); err != nil {
 		return err
 	}
 	return e.step(ctx, StepAttached, p.Name)
+}
+
+// createFirstPartitions creates and attaches ps, the first partitions of a
+// table that has none, with createPartition's statements in one
+// transaction: all of them or, after a failure or a crash, none. ATTACH
+// takes SHARE UPDATE EXCLUSIVE on the table, as one at a time would, for
+// the transaction's length; a table without partitions takes no inserts
+// to block. A name that is taken makes the whole transaction fail; the
+// partitions are then created one at a time, which names what is in the
+// way (*NameConflictError).
+func (e *Engine) createFirstPartitions(ctx context.Context, conn *pgx.Conn, ps []Partition, owner string) error {
+	var b strings.Builder
+	for _, p := range ps {
+		sql, err := e.createChildSQL(p, owner)
+		if err != nil {
+			return err
+		}
+		b.WriteString(sql + ";\n" + e.attachSQL(p) + ";\n")
+	}
+	err := e.ddl(ctx, conn, fmt.Sprintf("creating the first %d partitions", len(ps)), b.String())
+	if isNameTaken(err) {
+		for _, p := range ps {
+			if err := e.createPartition(ctx, conn, p, owner, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return err
+}
+
+// createChildSQL creates p as a standalone table like the parent (storage
+// included: no TOAST table, see createTable), with the CHECK constraint
+// matching its bounds, which lets ATTACH skip the validation scan and keeps
+// a detached table self-describing, and our partition marker.
+func (e *Engine) createChildSQL(p Partition, owner string) (string, error) {
+	child := pgx.Identifier{e.table.Schema, p.Name}.Sanitize()
+	lo, hi := p.Bounds()
+	marker, err := jsonLiteral(partitionMarker{PartitionOf: e.table.String(), Owner: owner, From: lo.String(), To: hi.String()})
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL, CONSTRAINT %s %s);\nCOMMENT ON TABLE %s IS %s",
+		child, e.parent(), boundsConstraint, boundsCheck(p), child, marker), nil
+}
+
+func boundsCheck(p Partition) string {
+	lo, hi := p.Bounds()
+	return fmt.Sprintf(`CHECK (event_id >= '%s'::uuid AND event_id < '%s'::uuid)`, lo, hi)
+}
+
+func (e *Engine) attachSQL(p Partition) string {
+	lo, hi := p.Bounds()
+	return fmt.Sprintf(`ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
+		e.parent(), pgx.Identifier{e.table.Schema, p.Name}.Sanitize(), lo, hi)
 }
 
 // detach detaches p with DETACH CONCURRENTLY, which takes only SHARE UPDATE
