@@ -17,12 +17,14 @@ limitations under the License.
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,7 +33,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -116,6 +121,7 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 		}
 	}
 	atStart := reconcileCount(t)
+	apiAtStart := apiRequests(t, te)
 	recAtStart := reconcileSeconds(t)
 	dbAtStart := timed.seconds()
 	start = time.Now()
@@ -159,6 +165,16 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	}
 	allReady := time.Since(start)
 	toReady := reconcileCount(t) - atStart
+	var apiWrites float64
+	var byKind []string
+	for k, v := range apiRequests(t, te) {
+		if d := v - apiAtStart[k]; d > 0 && !strings.HasPrefix(k, "GET ") && !strings.HasPrefix(k, "LIST ") && !strings.HasPrefix(k, "WATCH ") {
+			apiWrites += d
+			byKind = append(byKind, fmt.Sprintf("%s=%.2f", k, d/float64(n-1)))
+		}
+	}
+	sort.Strings(byKind)
+	t.Logf("API server writes per object until all Ready (every client: the manager, the stand-in Deployment controller, the test's creates): %s", strings.Join(byKind, " "))
 	recSeconds := reconcileSeconds(t) - recAtStart
 	dbSeconds := timed.seconds() - dbAtStart
 	if profileDir != "" {
@@ -185,8 +201,8 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	perObject := allReady.Seconds() / float64(n-1)
-	result := fmt.Sprintf("RESULT objects=%d workers=%d db_conns=%d seconds_to_all_ready=%.1f single_object_seconds=%.2f per_object_ms=%.0f vs_single=%.2f create_seconds=%.1f reconciles_per_object_to_ready=%.2f reconcile_ms_per_object=%.0f db_ms_per_object=%.0f db_share=%.2f reconciles_per_object_%ds=%.3f peak_rss_mib=%.0f heap_inuse_mib=%.0f",
-		n, workers, conns, allReady.Seconds(), single.Seconds(), perObject*1000, perObject/single.Seconds(), created.Seconds(), toReady/float64(n-1),
+	result := fmt.Sprintf("RESULT objects=%d workers=%d db_conns=%d seconds_to_all_ready=%.1f single_object_seconds=%.2f per_object_ms=%.0f vs_single=%.2f create_seconds=%.1f reconciles_per_object_to_ready=%.2f api_writes_per_object=%.1f reconcile_ms_per_object=%.0f db_ms_per_object=%.0f db_share=%.2f reconciles_per_object_%ds=%.3f peak_rss_mib=%.0f heap_inuse_mib=%.0f",
+		n, workers, conns, allReady.Seconds(), single.Seconds(), perObject*1000, perObject/single.Seconds(), created.Seconds(), toReady/float64(n-1), apiWrites/float64(n-1),
 		recSeconds*1000/float64(n-1), dbSeconds*1000/float64(n-1), dbSeconds/recSeconds,
 		int(quiet.Seconds()), (after-before)/float64(n), float64(ru.Maxrss)/1024, float64(ms.HeapInuse)/(1<<20))
 	t.Logf("the peak RSS is this test process's (manager + test client + harness), from getrusage maxrss")
@@ -204,7 +220,7 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 func statementsDatabase(t *testing.T, out string) string {
 	t.Helper()
 	pg, err := consumertest.StartPostgres(consumertest.WithSetting("shared_preload_libraries", "pg_stat_statements"),
-		consumertest.WithSetting("pg_stat_statements.track_utility", "on"))
+		consumertest.WithSetting("pg_stat_statements.track_utility", "on"), consumertest.WithSetting("pg_stat_statements.max", "20000"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,6 +321,44 @@ func (s *timedStore) DropTable(ctx context.Context, owner string) error {
 func (s *timedStore) Durability(ctx context.Context) (dedup.Durability, error) {
 	defer s.since(time.Now())
 	return s.TableStore.Durability(ctx)
+}
+
+// apiRequests reads the API server's apiserver_request_total: requests by
+// "VERB resource[/subresource]", from every client.
+func apiRequests(t *testing.T, te *testEnv) map[string]float64 {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(te.cfg.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("reading the API server's metrics: %v", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("parsing the API server's metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		var verb, resource, sub string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "verb":
+				verb = l.GetValue()
+			case "resource":
+				resource = l.GetValue()
+			case "subresource":
+				sub = l.GetValue()
+			}
+		}
+		if sub != "" {
+			resource += "/" + sub
+		}
+		out[verb+" "+resource] += m.GetCounter().GetValue()
+	}
+	return out
 }
 
 // reconcileSeconds is the sum of controller-runtime's reconcile time
