@@ -18,6 +18,7 @@ package controllers
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -41,28 +42,50 @@ const (
 	DefaultDatabaseMaxConns = 4
 )
 
-// stripManagedFields is the cache's transform: it drops the managedFields the
-// operator never reads before an object is stored, which at a thousand
-// objects is several MiB of the manager's heap. IdempotentConsumers and the
-// Secrets' metadata lose all of them; a Deployment keeps only the operator's
-// own apply entry, which ownsReplicas reads when KEDA takes the replica count
-// over. Objects the operator writes are applied or patched, never updated
-// from the cache, so what is dropped here is never sent back.
+// stripManagedFields is the cache's transform: it drops what the operator
+// never reads from a cached object before it is stored, which at a thousand
+// objects is tens of MiB of the manager's heap. IdempotentConsumers and the
+// Secrets' metadata lose all their managedFields. A consumer Deployment keeps
+// its metadata, replicas, the pod template's metadata (the config hash) and
+// its status, but not the pod spec: the operator compares Deployments by
+// its hash annotations and applies the whole desired object, never the
+// cached one (slimDeployment). Objects the operator writes are applied or
+// patched, never updated from the cache, so what is dropped here is never
+// sent back.
 func stripManagedFields(in any) (any, error) {
+	if dep, ok := in.(*appsv1.Deployment); ok {
+		slimDeployment(dep)
+		return dep, nil
+	}
 	obj, err := meta.Accessor(in)
 	if err != nil || obj.GetManagedFields() == nil {
 		return in, nil //nolint:nilerr // not an object with metadata: stored as it is
 	}
-	if _, ok := in.(*appsv1.Deployment); ok {
-		var kept []metav1.ManagedFieldsEntry
-		for _, mf := range obj.GetManagedFields() {
-			if mf.Manager == FieldOwner && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Subresource == "" {
-				kept = append(kept, mf)
-			}
-		}
-		obj.SetManagedFields(kept)
-		return in, nil
-	}
 	obj.SetManagedFields(nil)
 	return in, nil
+}
+
+// ownedReplicas is the field set of the operator's apply entry as the cache
+// keeps it when that entry owns spec.replicas: all that ownsReplicas reads.
+var ownedReplicas = &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}
+
+// slimDeployment keeps of a cached Deployment what the reconciler reads:
+// the operator's own apply entry of managedFields (reduced to whether it
+// owns spec.replicas, for ownsReplicas when KEDA takes the count over),
+// spec.replicas, the template's labels and annotations, and status. The pod
+// spec, some KiB per Deployment, is dropped.
+func slimDeployment(dep *appsv1.Deployment) {
+	var kept []metav1.ManagedFieldsEntry
+	for _, mf := range dep.ManagedFields {
+		if mf.Manager == FieldOwner && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Subresource == "" {
+			one := metav1.ManagedFieldsEntry{Manager: mf.Manager, Operation: mf.Operation, APIVersion: mf.APIVersion, FieldsType: mf.FieldsType,
+				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{}`)}}
+			if ownsReplicas(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{mf}}}) {
+				one.FieldsV1 = ownedReplicas.DeepCopy()
+			}
+			kept = append(kept, one)
+		}
+	}
+	dep.ManagedFields = kept
+	dep.Spec.Template.Spec = corev1.PodSpec{}
 }

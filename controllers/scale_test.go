@@ -19,7 +19,10 @@ package controllers
 import (
 	"testing"
 
+	"k8s.io/utils/ptr"
+
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
@@ -51,6 +54,29 @@ func TestStripManagedFields(t *testing.T) {
 	}
 	if !ownsReplicas(dep) {
 		t.Error("ownsReplicas is false after the transform")
+	}
+
+	// The pod spec goes, the template's metadata and the rest stay; an
+	// apply entry that does not own the replicas still does not.
+	full := &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:x":{}}},"f:spec":{"f:template":{"f:spec":{"f:containers":{}}}}}`)}
+	dep2 := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "d2", Annotations: map[string]string{"a": "b"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: FieldOwner, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: full}}},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](3), Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"config-hash": "h"}, Labels: map[string]string{"l": "v"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "consumer", Image: "i", Args: []string{"--a"}}}},
+		}},
+		Status: appsv1.DeploymentStatus{ReadyReplicas: 2},
+	}
+	if _, err := stripManagedFields(dep2); err != nil {
+		t.Fatal(err)
+	}
+	if len(dep2.Spec.Template.Spec.Containers) != 0 || dep2.Spec.Template.Annotations["config-hash"] != "h" || dep2.Spec.Template.Labels["l"] != "v" ||
+		*dep2.Spec.Replicas != 3 || dep2.Status.ReadyReplicas != 2 || dep2.Annotations["a"] != "b" {
+		t.Errorf("slimmed Deployment = %+v, want no pod spec and everything else kept", dep2)
+	}
+	if len(dep2.ManagedFields) != 1 || ownsReplicas(dep2) {
+		t.Errorf("an apply entry without spec.replicas: kept %+v, ownsReplicas %v", dep2.ManagedFields, ownsReplicas(dep2))
 	}
 
 	obj := &kafkav1alpha1.IdempotentConsumer{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: entries()}}
