@@ -76,10 +76,11 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	profileDir := os.Getenv("OPERATOR_BENCH_PROFILE")
 	timed := &timedOpener{}
 	te := startEnv(t, envOptions{
-		realClock:  true,
-		options:    Options{RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute, MaxRequeue: 24 * time.Hour, MaxConcurrentReconciles: workers},
-		pool:       PoolOptions{MaxConns: int32(conns)},
-		wrapStores: func(o StoreOpener) StoreOpener { timed.next = o; return timed },
+		realClock:   true,
+		discardLogs: true,
+		options:     Options{RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute, MaxRequeue: 24 * time.Hour, MaxConcurrentReconciles: workers},
+		pool:        PoolOptions{MaxConns: int32(conns)},
+		wrapStores:  func(o StoreOpener) StoreOpener { timed.next = o; return timed },
 	})
 	ctx := context.Background()
 	ns := te.namespace(t)

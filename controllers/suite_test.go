@@ -82,8 +82,11 @@ type testEnv struct {
 
 type envOptions struct {
 	realClock bool
-	options   Options
-	pool      PoolOptions
+	// discardLogs drops the manager's log instead of keeping it in te.logs
+	// (the benchmark: a log kept in memory would count in its peak RSS).
+	discardLogs bool
+	options     Options
+	pool        PoolOptions
 	// topics replaces the KafkaAdmin the reconciler asks the brokers with.
 	topics TopicInspector
 	// watchNamespaces restricts the manager's cache (CacheOptions).
@@ -159,6 +162,9 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 	}
 
 	var logOut io.Writer = te.logs
+	if eo.discardLogs {
+		logOut = io.Discard
+	}
 	if os.Getenv("OPERATOR_TEST_LOGS") != "" {
 		logOut = io.MultiWriter(te.logs, os.Stderr)
 	}

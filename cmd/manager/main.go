@@ -23,9 +23,11 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -77,6 +79,15 @@ func main() {
 			"pass --consumer-image or set spec.consumer.image", "version", build.Version, "consumerImage", cfg.opts.ConsumerImage)
 	}
 	metrics.Registry.MustRegister(version.NewCollector("idempotency_operator"))
+	// A soft memory limit at 90% of the container's (cgroup) limit: near it
+	// the Go runtime collects sooner instead of letting the heap double,
+	// so a large cluster's burst of reconciles is not OOM-killed. GOMEMLIMIT
+	// set in the environment wins; AUTOMEMLIMIT=off turns this off.
+	if limit, err := memlimit.Set(memlimit.WithProvider(memlimit.FromCgroup)); err != nil {
+		setupLog.Info("No soft memory limit from the container's limit", "reason", err.Error())
+	} else if limit != math.MaxInt64 {
+		setupLog.Info("Soft memory limit (GOMEMLIMIT)", "bytes", limit)
+	}
 
 	mgr, err := newManager(cfg)
 	if err != nil {
