@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -120,8 +121,16 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	apiProfile := make(chan error, 1)
+	if profileDir != "" {
+		// The API server's CPU profile of the first 20 s of the phase.
+		go func() { apiProfile <- apiServerProfile(te, filepath.Join(profileDir, "apiserver-cpu.pprof"), 20) }()
+	} else {
+		apiProfile <- nil
+	}
 	atStart := reconcileCount(t)
 	apiAtStart := apiRequests(t, te)
+	cpuAtStart := cpuByProcess(t)
 	recAtStart := reconcileSeconds(t)
 	dbAtStart := timed.seconds()
 	start = time.Now()
@@ -174,6 +183,11 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 		}
 	}
 	sort.Strings(byKind)
+	var cpuParts []string
+	cpuEnd := cpuByProcess(t)
+	for _, name := range []string{"test", "kube-apiserver", "etcd", "postgres"} {
+		cpuParts = append(cpuParts, fmt.Sprintf("cpu_s_%s=%.1f", strings.ReplaceAll(name, "-", "_"), cpuEnd[name]-cpuAtStart[name]))
+	}
 	t.Logf("API server writes per object until all Ready (every client: the manager, the stand-in Deployment controller, the test's creates): %s", strings.Join(byKind, " "))
 	recSeconds := reconcileSeconds(t) - recAtStart
 	dbSeconds := timed.seconds() - dbAtStart
@@ -187,6 +201,10 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 			t.Error(err)
 		}
 		_ = f.Close()
+	}
+
+	if err := <-apiProfile; err != nil {
+		t.Errorf("profiling the API server: %v", err)
 	}
 
 	// The quiet period: only the schedule may wake the reconciler.
@@ -206,6 +224,7 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 		recSeconds*1000/float64(n-1), dbSeconds*1000/float64(n-1), dbSeconds/recSeconds,
 		int(quiet.Seconds()), (after-before)/float64(n), float64(ru.Maxrss)/1024, float64(ms.HeapInuse)/(1<<20))
 	t.Logf("the peak RSS is this test process's (manager + test client + harness), from getrusage maxrss")
+	result += " " + strings.Join(cpuParts, " ") + fmt.Sprintf(" cores=%d", runtime.NumCPU())
 	fmt.Println(result)
 	if out := os.Getenv("OPERATOR_BENCH_OUT"); out != "" {
 		if err := os.WriteFile(out, []byte(result+"\n"), 0o644); err != nil {
@@ -321,6 +340,73 @@ func (s *timedStore) DropTable(ctx context.Context, owner string) error {
 func (s *timedStore) Durability(ctx context.Context) (dedup.Durability, error) {
 	defer s.since(time.Now())
 	return s.TableStore.Durability(ctx)
+}
+
+// apiServerProfile writes the API server's CPU profile of the next seconds
+// to path.
+func apiServerProfile(te *testEnv, path string, seconds int) error {
+	cs, err := kubernetes.NewForConfig(te.cfg.Config)
+	if err != nil {
+		return err
+	}
+	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", strconv.Itoa(seconds)).Timeout(time.Duration(seconds+30) * time.Second).DoRaw(context.Background())
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, raw, 0o644)
+}
+
+// cpuByProcess sums the CPU seconds (user and system) used so far by the
+// processes of this machine by name: this test process ("test": the
+// manager, the stand-in Deployment controller, the harness), the API
+// server, etcd and PostgreSQL (every backend alive now; a backend that has
+// exited is not counted). Over the phase from the first create to all Ready
+// it says who used the cores: on a machine shared with other work, only
+// these.
+func cpuByProcess(t *testing.T) map[string]float64 {
+	t.Helper()
+	const ticks = 100 // USER_HZ on Linux
+	out := map[string]float64{}
+	self := os.Getpid()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// pid (comm) state ppid ... utime stime: fields 14 and 15, counted
+		// after the closing parenthesis (comm may hold spaces).
+		open, closing := bytes.IndexByte(raw, '('), bytes.LastIndexByte(raw, ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		comm := string(raw[open+1 : closing])
+		fields := strings.Fields(string(raw[closing+1:]))
+		if len(fields) < 13 {
+			continue
+		}
+		name := ""
+		switch {
+		case pid == self:
+			name = "test"
+		case comm == "kube-apiserver", comm == "etcd", comm == "postgres":
+			name = comm
+		default:
+			continue
+		}
+		utime, _ := strconv.ParseFloat(fields[11], 64)
+		stime, _ := strconv.ParseFloat(fields[12], 64)
+		out[name] += (utime + stime) / ticks
+	}
+	return out
 }
 
 // apiRequests reads the API server's apiserver_request_total: requests by
