@@ -159,8 +159,8 @@ func startMetricsEnv(t *testing.T) *metricsEnv {
 
 // startManager starts a manager with the operator's cache options that runs
 // exportObjectMetrics alone, as user (impersonated) unless empty, and
-// returns the function that stops it and waits.
-func (me *metricsEnv) startManager(t *testing.T, user string) (stop func()) {
+// returns its cache and the function that stops it and waits.
+func (me *metricsEnv) startManager(t *testing.T, user string) (cached client.Reader, stop func()) {
 	t.Helper()
 	cfg := me.restCfg
 	if user != "" {
@@ -201,7 +201,7 @@ func (me *metricsEnv) startManager(t *testing.T, user string) (stop func()) {
 		})
 	}
 	t.Cleanup(stop)
-	return stop
+	return mgr.GetCache(), stop
 }
 
 func (me *metricsEnv) namespace(t testing.TB) string {
@@ -252,10 +252,10 @@ const (
 // go with the object, a condition, or the manager.
 func TestObjectMetrics(t *testing.T) {
 	me := startMetricsEnv(t)
-	stop := me.startManager(t, "")
+	cached, stop := me.startManager(t, "")
 	t.Run("Conditions", func(t *testing.T) { testConditionMetrics(t, me) })
 	t.Run("Partitions", func(t *testing.T) { testPartitionMetrics(t, me) })
-	t.Run("Deleting", func(t *testing.T) { testDeletingMetrics(t, me) })
+	t.Run("Deleting", func(t *testing.T) { testDeletingMetrics(t, me, cached) })
 	t.Run("ThousandObjects", func(t *testing.T) { testThousandObjectsMetrics(t, me) })
 	t.Run("CacheNotSynced", func(t *testing.T) { testMetricsCacheNotSynced(t, me) })
 	t.Run("ManagerStopped", func(t *testing.T) {
@@ -381,7 +381,7 @@ func testPartitionMetrics(t *testing.T, me *metricsEnv) {
 
 // testDeletingMetrics follows an object held by the finalizer through its
 // deletion, as delete.go writes its status.
-func testDeletingMetrics(t *testing.T, me *metricsEnv) {
+func testDeletingMetrics(t *testing.T, me *metricsEnv, cached client.Reader) {
 	ctx := context.Background()
 	ns := me.namespace(t)
 	obj := newConsumer(ns, "d", withDeletionPolicy(kafkav1alpha1.DeletionDelete))
@@ -405,7 +405,13 @@ func testDeletingMetrics(t *testing.T, me *metricsEnv) {
 	if obj.Generation == obj.Status.ObservedGeneration {
 		t.Logf("the deletion did not change the generation (%d)", obj.Generation)
 	}
-	time.Sleep(300 * time.Millisecond) // let the cache see the deletion
+	eventually(t, 10*time.Second, "the cache sees the deletion", func() (bool, string) {
+		got := &kafkav1alpha1.IdempotentConsumer{}
+		if err := cached.Get(ctx, client.ObjectKeyFromObject(obj), got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Generation == obj.Generation && !got.DeletionTimestamp.IsZero(), fmt.Sprint(got.Generation)
+	})
 	waitSeries(t, ns, "d", MetricReady, gaugeText(MetricReady, helpReady, ns, "d", 1))
 
 	// Waiting for the database to drop the table (delete.go).
@@ -443,7 +449,7 @@ func testMetricsCacheNotSynced(t *testing.T, me *metricsEnv) {
 	me.writeStatus(t, obj)
 	waitSeries(t, ns, "u", MetricReady, gaugeText(MetricReady, helpReady, ns, "u", 1)) // from the first manager
 
-	stop := me.startManager(t, "nobody")
+	_, stop := me.startManager(t, "nobody")
 	eventually(t, 10*time.Second, "the unprivileged manager's watch refused", func() (bool, string) {
 		return strings.Contains(me.logs.String(), "forbidden"), ""
 	})
