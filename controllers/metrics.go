@@ -76,18 +76,25 @@ var (
 
 	// The per-object families: computed at scrape time from the objects'
 	// status in the manager's cache (objectCollector), so the operator keeps
-	// no series per object in memory.
-	descPartitions = prometheus.NewDesc(MetricPartitions,
-		"Partitions attached to an IdempotentConsumer's table.",
-		[]string{"namespace", "name"}, nil)
-	descPartitionsAhead = prometheus.NewDesc(MetricPartitionsAhead,
-		"Partitions of an IdempotentConsumer's table that lie wholly in the future: the margin if maintenance stopped now.",
-		[]string{"namespace", "name"}, nil)
-	descReady = prometheus.NewDesc(MetricReady,
-		"1 if the IdempotentConsumer's Ready condition is True, else 0.",
-		[]string{"namespace", "name"}, nil)
-	descStatusCondition = prometheus.NewDesc(MetricStatusCondition, helpStatusCondition,
-		[]string{"namespace", "name", "type", "status"}, nil)
+	// no series per object in memory. They are declared as vectors, like the
+	// metrics above (config/monitoring's tests read these declarations for
+	// each metric's kind and labels), but only their descriptors are used.
+	descPartitions = gaugeDesc(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: MetricPartitions,
+		Help: "Partitions attached to an IdempotentConsumer's table.",
+	}, []string{"namespace", "name"}))
+	descPartitionsAhead = gaugeDesc(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: MetricPartitionsAhead,
+		Help: "Partitions of an IdempotentConsumer's table that lie wholly in the future: the margin if maintenance stopped now.",
+	}, []string{"namespace", "name"}))
+	descReady = gaugeDesc(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: MetricReady,
+		Help: "1 if the IdempotentConsumer's Ready condition is True, else 0.",
+	}, []string{"namespace", "name"}))
+	descStatusCondition = gaugeDesc(prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: MetricStatusCondition,
+		Help: helpStatusCondition,
+	}, []string{"namespace", "name", "type", "status"}))
 
 	// objectMetrics is registered once, here; each running manager adds its
 	// cache to it (exportObjectMetrics).
@@ -97,6 +104,13 @@ var (
 const helpStatusCondition = "An IdempotentConsumer's status conditions (kube-state-metrics style): 1 for the condition's " +
 	"current status (True, False or Unknown), 0 for the other two. A condition the object does not have has no series " +
 	"(Reconciling and Stalled are present only while True, AutoscalingReady only with spec.autoscaling)."
+
+// gaugeDesc returns the descriptor of a vector that is never set.
+func gaugeDesc(v *prometheus.GaugeVec) *prometheus.Desc {
+	ch := make(chan *prometheus.Desc, 1)
+	v.Describe(ch)
+	return <-ch
+}
 
 // conditionStatuses are the values of a condition's status, one series each.
 var conditionStatuses = []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown}
