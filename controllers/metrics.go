@@ -25,7 +25,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -276,7 +275,8 @@ var (
 	statusLabels = func() []*dto.LabelPair {
 		out := make([]*dto.LabelPair, len(conditionStatuses))
 		for i, st := range conditionStatuses {
-			out[i] = &dto.LabelPair{Name: &labelStatus, Value: proto.String(string(st))}
+			v := string(st)
+			out[i] = &dto.LabelPair{Name: &labelStatus, Value: &v}
 		}
 		return out
 	}()
