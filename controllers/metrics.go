@@ -187,7 +187,8 @@ func (c *objectCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
 		var list kafkav1alpha1.IdempotentConsumerList
-		// Read-only: the items are the cache's own objects, not copies.
+		// Read-only: the items are shallow copies of the cache's objects,
+		// sharing their strings and slices.
 		err := src.reader.List(ctx, &list, client.UnsafeDisableDeepCopy)
 		cancel()
 		if err != nil {
@@ -209,9 +210,9 @@ func (c *objectCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectObject sends the series of one object, as the reconcile that wrote
-// its status would have set them. types holds this scrape's label pairs of
-// the condition types seen so far.
-func collectObject(ch chan<- prometheus.Metric, obj *kafkav1alpha1.IdempotentConsumer, types map[string]*dto.LabelPair) {
+// its status would have set them. typeLabels holds this scrape's label
+// pairs of the condition types seen so far.
+func collectObject(ch chan<- prometheus.Metric, obj *kafkav1alpha1.IdempotentConsumer, typeLabels map[string]*dto.LabelPair) {
 	conds := obj.Status.Conditions
 	ready := obj.GetCondition(kafkav1alpha1.ConditionReady)
 	ps := obj.Status.Partitions // written by every successful maintenance, never cleared
@@ -248,10 +249,10 @@ func collectObject(ch chan<- prometheus.Metric, obj *kafkav1alpha1.IdempotentCon
 	condLabels := make([]*dto.LabelPair, 0, 4*len(conditionStatuses)*len(conds))
 	for i := range conds {
 		c := &conds[i]
-		typ := types[c.Type]
+		typ := typeLabels[c.Type]
 		if typ == nil {
 			typ = &dto.LabelPair{Name: &labelType, Value: &c.Type}
-			types[c.Type] = typ
+			typeLabels[c.Type] = typ
 		}
 		for j, st := range conditionStatuses {
 			v := 0.0
@@ -282,10 +283,11 @@ var (
 	}()
 )
 
-// gaugeSeries is one series of a per-object family, what
+// gaugeSeries is one series of a per-object family: what
 // prometheus.MustNewConstMetric makes, without allocating the object's
-// label pairs again for each of its series (a third of the allocations of a
-// scrape of 1,000 objects, measured in TestObjectMetrics/ThousandObjects).
+// label pairs again for each of its series. A scrape of 1,000 objects
+// (30,000 series, TestObjectMetrics/ThousandObjects) allocates 11.5 MiB
+// with it, 25 MiB with MustNewConstMetric.
 type gaugeSeries struct {
 	desc   *prometheus.Desc
 	labels []*dto.LabelPair // sorted by name
