@@ -152,7 +152,6 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 	if startedWaiting {
 		r.event(obj, corev1.EventTypeWarning, prob.reason, actionDelete, msg)
 	}
-	setStatusGauges(obj)
 	if err := r.patchStatus(ctx, orig, obj); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -137,7 +137,6 @@ func (r *IdempotentConsumerReconciler) recordPartitions(s *reconcileState, state
 		}
 	}
 	obj.Status.Partitions = ps
-	setPartitionGauges(obj, ps)
 }
 
 const windowLayout = "2006-01-02T15:04Z"

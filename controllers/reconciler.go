@@ -317,6 +317,9 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		secretRefIndex, indexSecretRefs); err != nil {
 		return fmt.Errorf("indexing IdempotentConsumers by Secret: %w", err)
 	}
+	if err := exportObjectMetrics(mgr); err != nil { // metrics.go
+		return fmt.Errorf("setting up the %s controller: %w", ControllerName, err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&kafkav1alpha1.IdempotentConsumer{}, builder.WithPredicates(specOrDeletionChanged())).
@@ -374,7 +377,8 @@ func mapsEqual(a, b map[string]string) bool {
 	return true
 }
 
-// forget drops the per-object memory (backoff, metrics) of a deleted object.
+// forget drops the per-object memory (backoff, topics, rollout slot) of a
+// deleted object; its metrics series go with it from the cache.
 func (r *IdempotentConsumerReconciler) forget(key types.NamespacedName) {
 	if r.backoff != nil {
 		r.backoff.reset(key)
@@ -383,5 +387,4 @@ func (r *IdempotentConsumerReconciler) forget(key types.NamespacedName) {
 	if r.rollout != nil {
 		r.rollout.finished(key)
 	}
-	forgetObjectMetrics(key)
 }

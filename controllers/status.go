@@ -91,7 +91,6 @@ func (r *IdempotentConsumerReconciler) finish(ctx context.Context, orig *kafkav1
 	} else {
 		r.backoff.reset(key)
 	}
-	setStatusGauges(s.obj)
 	if err := r.patchStatus(ctx, orig, s.obj); err != nil {
 		return ctrl.Result{}, err
 	}
