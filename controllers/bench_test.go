@@ -17,7 +17,6 @@ limitations under the License.
 package controllers
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -75,13 +74,18 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	workers := envInt(t, "OPERATOR_BENCH_WORKERS", DefaultMaxConcurrentReconciles)
 	conns := envInt(t, "OPERATOR_BENCH_DB_CONNS", DefaultDatabaseMaxConns)
 	profileDir := os.Getenv("OPERATOR_BENCH_PROFILE")
+	process := os.Getenv("OPERATOR_BENCH_PROCESS") != ""
+	if process && profileDir != "" {
+		t.Fatal("OPERATOR_BENCH_PROFILE profiles the manager in this process: unset OPERATOR_BENCH_PROCESS")
+	}
 	timed := &timedOpener{}
 	te := startEnv(t, envOptions{
-		realClock:   true,
-		discardLogs: true,
-		options:     Options{RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute, MaxRequeue: 24 * time.Hour, MaxConcurrentReconciles: workers},
-		pool:        PoolOptions{MaxConns: int32(conns)},
-		wrapStores:  func(o StoreOpener) StoreOpener { timed.next = o; return timed },
+		realClock:    true,
+		discardLogs:  true,
+		noReconciler: process,
+		options:      Options{RetryBase: 5 * time.Second, RetryMax: 5 * time.Minute, MaxRequeue: 24 * time.Hour, MaxConcurrentReconciles: workers},
+		pool:         PoolOptions{MaxConns: int32(conns)},
+		wrapStores:   func(o StoreOpener) StoreOpener { timed.next = o; return timed },
 	})
 	ctx := context.Background()
 	ns := te.namespace(t)
@@ -94,6 +98,20 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 		dbURL = consumertest.DatabaseURL(t)
 	}
 	te.secret(t, ns, "db", map[string]string{"url": dbURL})
+	// The counters of reconciles: this process's registry, or the
+	// operator process's metrics endpoint.
+	counters := func() (count, seconds float64) { return reconcileCount(t), reconcileSeconds(t) }
+	var op *operatorProcess
+	if process {
+		op = startOperatorProcess(t, te, workers, conns)
+		counters = func() (float64, float64) {
+			c, s, err := op.reconciles()
+			if err != nil {
+				t.Fatalf("reading the operator's metrics: %v", err)
+			}
+			return c, s
+		}
+	}
 	k := consumertest.NewKafka(t)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -128,10 +146,9 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	} else {
 		apiProfile <- nil
 	}
-	atStart := reconcileCount(t)
+	atStart, recAtStart := counters()
 	apiAtStart := apiRequests(t, te)
 	cpuAtStart := cpuByProcess(t)
-	recAtStart := reconcileSeconds(t)
 	dbAtStart := timed.seconds()
 	start = time.Now()
 	for i := 1; i < n; i++ {
@@ -146,7 +163,7 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 		// object from the API server would be the harness's largest
 		// allocation, and it would count in the peak RSS.
 		var list kafkav1alpha1.IdempotentConsumerList
-		if err := te.r.Client.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+		if err := te.cached.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 			t.Fatal(err)
 		}
 		ready = 0
@@ -173,7 +190,8 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	allReady := time.Since(start)
-	toReady := reconcileCount(t) - atStart
+	countAtReady, recAtReady := counters()
+	toReady := countAtReady - atStart
 	var apiWrites float64
 	var byKind []string
 	for k, v := range apiRequests(t, te) {
@@ -185,11 +203,11 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	sort.Strings(byKind)
 	var cpuParts []string
 	cpuEnd := cpuByProcess(t)
-	for _, name := range []string{"test", "kube-apiserver", "etcd", "postgres"} {
+	for _, name := range []string{"test", "manager", "kube-apiserver", "etcd", "postgres"} {
 		cpuParts = append(cpuParts, fmt.Sprintf("cpu_s_%s=%.1f", strings.ReplaceAll(name, "-", "_"), cpuEnd[name]-cpuAtStart[name]))
 	}
 	t.Logf("API server writes per object until all Ready (every client: the manager, the stand-in Deployment controller, the test's creates): %s", strings.Join(byKind, " "))
-	recSeconds := reconcileSeconds(t) - recAtStart
+	recSeconds := recAtReady - recAtStart
 	dbSeconds := timed.seconds() - dbAtStart
 	if profileDir != "" {
 		pprof.StopCPUProfile()
@@ -208,22 +226,31 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	}
 
 	// The quiet period: only the schedule may wake the reconciler.
-	before := reconcileCount(t)
+	before, _ := counters()
 	time.Sleep(quiet)
-	after := reconcileCount(t)
+	after, _ := counters()
 
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
 	perObject := allReady.Seconds() / float64(n-1)
-	result := fmt.Sprintf("RESULT objects=%d workers=%d db_conns=%d seconds_to_all_ready=%.1f single_object_seconds=%.2f per_object_ms=%.0f vs_single=%.2f create_seconds=%.1f reconciles_per_object_to_ready=%.2f api_writes_per_object=%.1f reconcile_ms_per_object=%.0f db_ms_per_object=%.0f db_share=%.2f reconciles_per_object_%ds=%.3f peak_rss_mib=%.0f heap_inuse_mib=%.0f",
+	result := fmt.Sprintf("RESULT objects=%d workers=%d db_conns=%d seconds_to_all_ready=%.1f single_object_seconds=%.2f per_object_ms=%.0f vs_single=%.2f create_seconds=%.1f reconciles_per_object_to_ready=%.2f api_writes_per_object=%.1f reconcile_ms_per_object=%.0f",
 		n, workers, conns, allReady.Seconds(), single.Seconds(), perObject*1000, perObject/single.Seconds(), created.Seconds(), toReady/float64(n-1), apiWrites/float64(n-1),
-		recSeconds*1000/float64(n-1), dbSeconds*1000/float64(n-1), dbSeconds/recSeconds,
-		int(quiet.Seconds()), (after-before)/float64(n), float64(ru.Maxrss)/1024, float64(ms.HeapInuse)/(1<<20))
-	t.Logf("the peak RSS is this test process's (manager + test client + harness), from getrusage maxrss")
+		recSeconds*1000/float64(n-1))
+	if process {
+		// The operator's own process: its peak RSS (VmHWM); the time inside
+		// database calls is not measured there.
+		result += fmt.Sprintf(" reconciles_per_object_%ds=%.3f peak_rss_mib=%.0f operator=process",
+			int(quiet.Seconds()), (after-before)/float64(n), op.peakRSSMiB(t))
+		t.Logf("the peak RSS is the operator process's (cmd/manager), from /proc/<pid>/status VmHWM; its log: %s", op.log)
+	} else {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		result += fmt.Sprintf(" db_ms_per_object=%.0f db_share=%.2f reconciles_per_object_%ds=%.3f peak_rss_mib=%.0f heap_inuse_mib=%.0f operator=in-process",
+			dbSeconds*1000/float64(n-1), dbSeconds/recSeconds, int(quiet.Seconds()), (after-before)/float64(n), float64(ru.Maxrss)/1024, float64(ms.HeapInuse)/(1<<20))
+		t.Logf("the peak RSS is this test process's (manager + test client + harness), from getrusage maxrss")
+	}
 	result += " " + strings.Join(cpuParts, " ") + fmt.Sprintf(" cores=%d", runtime.NumCPU())
 	fmt.Println(result)
 	if out := os.Getenv("OPERATOR_BENCH_OUT"); out != "" {
@@ -397,7 +424,7 @@ func cpuByProcess(t *testing.T) map[string]float64 {
 		switch {
 		case pid == self:
 			name = "test"
-		case comm == "kube-apiserver", comm == "etcd", comm == "postgres":
+		case comm == "manager", comm == "kube-apiserver", comm == "etcd", comm == "postgres":
 			name = comm
 		default:
 			continue
@@ -426,20 +453,12 @@ func apiRequests(t *testing.T, te *testEnv) map[string]float64 {
 	defer body.Close()
 	label := regexp.MustCompile(`(verb|resource|subresource)="([^"]*)"`)
 	out := map[string]float64{}
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		end := strings.LastIndexByte(line, '}')
-		v, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)
-		if end < 0 || err != nil {
-			t.Fatalf("unexpected line in the API server's metrics: %q", line)
+	err = scanSamples(body, func(name, labels string, v float64) {
+		if name != "apiserver_request_total" {
+			return
 		}
 		l := map[string]string{}
-		for _, m := range label.FindAllStringSubmatch(line[:end], -1) {
+		for _, m := range label.FindAllStringSubmatch(labels, -1) {
 			l[m[1]] = m[2]
 		}
 		key := l["verb"] + " " + l["resource"]
@@ -447,8 +466,8 @@ func apiRequests(t *testing.T, te *testEnv) map[string]float64 {
 			key += "/" + l["subresource"]
 		}
 		out[key] += v
-	}
-	if err := sc.Err(); err != nil {
+	})
+	if err != nil {
 		t.Fatalf("reading the API server's metrics: %v", err)
 	}
 	return out

@@ -70,6 +70,9 @@ type testEnv struct {
 	r      *IdempotentConsumerReconciler
 	stores *PoolCache
 	logs   *consumertest.SyncBuffer
+	// cached reads from the test manager's cache (the reconciler's, when it
+	// runs in this process).
+	cached client.Client
 	// deploymentsAvailable makes the stand-in Deployment controller report
 	// every Deployment as rolled out; clear it to keep them progressing.
 	deploymentsAvailable atomic.Bool
@@ -85,8 +88,12 @@ type envOptions struct {
 	// discardLogs drops the manager's log instead of keeping it in te.logs
 	// (the benchmark: a log kept in memory would count in its peak RSS).
 	discardLogs bool
-	options     Options
-	pool        PoolOptions
+	// noReconciler starts the manager with the stand-in Deployment
+	// controller only: the operator runs elsewhere (the benchmark runs
+	// cmd/manager as a process of its own).
+	noReconciler bool
+	options      Options
+	pool         PoolOptions
 	// topics replaces the KafkaAdmin the reconciler asks the brokers with.
 	topics TopicInspector
 	// watchNamespaces restricts the manager's cache (CacheOptions).
@@ -236,9 +243,12 @@ func (te *testEnv) startManager(t *testing.T, restCfg *rest.Config, eo envOption
 	} else {
 		te.r.Clock = clock.RealClock{}
 	}
-	if err := te.r.SetupWithManager(mgr); err != nil {
+	if eo.noReconciler {
+		te.r = nil
+	} else if err := te.r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
+	te.cached = mgr.GetClient()
 	fakeClient := mgr.GetClient()
 	if eo.managerUser != "" {
 		fakeClient = te.c // Deployment status is kube-controller-manager's, not the operator's, to write
