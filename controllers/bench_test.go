@@ -202,9 +202,9 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	}
 	sort.Strings(byKind)
 	var cpuParts []string
-	cpuEnd := cpuByProcess(t)
+	cpu := cpuSpent(cpuAtStart, cpuByProcess(t))
 	for _, name := range []string{"test", "manager", "kube-apiserver", "etcd", "postgres"} {
-		cpuParts = append(cpuParts, fmt.Sprintf("cpu_s_%s=%.1f", strings.ReplaceAll(name, "-", "_"), cpuEnd[name]-cpuAtStart[name]))
+		cpuParts = append(cpuParts, fmt.Sprintf("cpu_s_%s=%.1f", strings.ReplaceAll(name, "-", "_"), cpu[name]))
 	}
 	t.Logf("API server writes per object until all Ready (every client: the manager, the stand-in Deployment controller, the test's creates): %s", strings.Join(byKind, " "))
 	recSeconds := recAtReady - recAtStart
@@ -384,17 +384,27 @@ func apiServerProfile(te *testEnv, path string, seconds int) error {
 	return os.WriteFile(path, raw, 0o644)
 }
 
-// cpuByProcess sums the CPU seconds (user and system) used so far by the
-// processes of this machine by name: this test process ("test": the
-// manager, the stand-in Deployment controller, the harness), the API
-// server, etcd and PostgreSQL (every backend alive now; a backend that has
-// exited is not counted). Over the phase from the first create to all Ready
-// it says who used the cores: on a machine shared with other work, only
-// these.
-func cpuByProcess(t *testing.T) map[string]float64 {
+// procCPU is a process's CPU seconds so far (user and system), by name.
+type procCPU struct {
+	name    string
+	seconds float64
+}
+
+// cpuByProcess reads the CPU seconds used so far by this test process
+// ("test": the harness, and the manager unless it runs as a process of its
+// own) and by the processes it started, by pid: the operator process
+// ("manager"), the API server, etcd and PostgreSQL (the postmaster's
+// children too). Other processes of the machine (another test's servers)
+// are left out.
+func cpuByProcess(t *testing.T) map[int]procCPU {
 	t.Helper()
 	const ticks = 100 // USER_HZ on Linux
-	out := map[string]float64{}
+	type proc struct {
+		ppid    int
+		comm    string
+		seconds float64
+	}
+	all := map[int]proc{}
 	self := os.Getpid()
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
@@ -409,29 +419,43 @@ func cpuByProcess(t *testing.T) map[string]float64 {
 		if err != nil {
 			continue // exited meanwhile
 		}
-		// pid (comm) state ppid ... utime stime: fields 14 and 15, counted
-		// after the closing parenthesis (comm may hold spaces).
+		// pid (comm) state ppid ... utime stime: after the closing
+		// parenthesis (comm may hold spaces), fields 2, 12 and 13.
 		open, closing := bytes.IndexByte(raw, '('), bytes.LastIndexByte(raw, ')')
 		if open < 0 || closing < open {
 			continue
 		}
-		comm := string(raw[open+1 : closing])
 		fields := strings.Fields(string(raw[closing+1:]))
 		if len(fields) < 13 {
 			continue
 		}
-		name := ""
-		switch {
-		case pid == self:
-			name = "test"
-		case comm == "manager", comm == "kube-apiserver", comm == "etcd", comm == "postgres":
-			name = comm
-		default:
-			continue
-		}
+		ppid, _ := strconv.Atoi(fields[1])
 		utime, _ := strconv.ParseFloat(fields[11], 64)
 		stime, _ := strconv.ParseFloat(fields[12], 64)
-		out[name] += (utime + stime) / ticks
+		all[pid] = proc{ppid: ppid, comm: string(raw[open+1 : closing]), seconds: (utime + stime) / ticks}
+	}
+	out := map[int]procCPU{}
+	for pid, p := range all {
+		switch {
+		case pid == self:
+			out[pid] = procCPU{"test", p.seconds}
+		case p.ppid == self || all[p.ppid].ppid == self:
+			switch p.comm {
+			case "manager", "kube-apiserver", "etcd", "postgres":
+				out[pid] = procCPU{p.comm, p.seconds}
+			}
+		}
+	}
+	return out
+}
+
+// cpuSpent sums by name the CPU seconds each process used between two
+// readings of cpuByProcess. A process that exited in between (a short-lived
+// PostgreSQL backend or autovacuum worker) is not counted.
+func cpuSpent(start, end map[int]procCPU) map[string]float64 {
+	out := map[string]float64{}
+	for pid, e := range end {
+		out[e.name] += e.seconds - start[pid].seconds
 	}
 	return out
 }
