@@ -69,7 +69,7 @@ func stripManagedFields(in any) (any, error) {
 
 // ownedReplicas is the field set of the operator's apply entry as the cache
 // keeps it when that entry owns spec.replicas: all that ownsReplicas reads.
-var ownedReplicas = &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}
+const ownedReplicas = `{"f:spec":{"f:replicas":{}}}`
 
 // slimDeployment keeps of a cached Deployment what the reconciler reads:
 // the operator's own apply entry of managedFields (reduced to whether it
@@ -81,9 +81,9 @@ func slimDeployment(dep *appsv1.Deployment) {
 	for _, mf := range dep.ManagedFields {
 		if mf.Manager == FieldOwner && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Subresource == "" {
 			one := metav1.ManagedFieldsEntry{Manager: mf.Manager, Operation: mf.Operation, APIVersion: mf.APIVersion, FieldsType: mf.FieldsType,
-				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{}`)}}
+				FieldsV1: metav1.NewFieldsV1(`{}`)}
 			if ownsReplicas(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{mf}}}) {
-				one.FieldsV1 = ownedReplicas.DeepCopy()
+				one.FieldsV1 = metav1.NewFieldsV1(ownedReplicas)
 			}
 			kept = append(kept, one)
 		}

@@ -32,12 +32,12 @@ import (
 // operator's apply entry on Deployments (what ownsReplicas reads), and the
 // replica hand-over still sees it.
 func TestStripManagedFields(t *testing.T) {
-	replicas := &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}
+	replicas := metav1.NewFieldsV1(`{"f:spec":{"f:replicas":{}}}`)
 	entries := func() []metav1.ManagedFieldsEntry {
 		return []metav1.ManagedFieldsEntry{
 			{Manager: FieldOwner, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: replicas},
-			{Manager: FieldOwner, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{}`)}},
-			{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{}`)}},
+			{Manager: FieldOwner, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{}`)},
+			{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{}`)},
 			{Manager: handoverFieldOwner, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: replicas},
 		}
 	}
@@ -58,7 +58,7 @@ func TestStripManagedFields(t *testing.T) {
 
 	// The pod spec goes, the template's metadata and the rest stay; an
 	// apply entry that does not own the replicas still does not.
-	full := &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:x":{}}},"f:spec":{"f:template":{"f:spec":{"f:containers":{}}}}}`)}
+	full := metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{"f:x":{}}},"f:spec":{"f:template":{"f:spec":{"f:containers":{}}}}}`)
 	dep2 := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "d2", Annotations: map[string]string{"a": "b"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: FieldOwner, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: full}}},
