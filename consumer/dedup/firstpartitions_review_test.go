@@ -1,0 +1,74 @@
+package dedup
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idempotency-dev/operator/consumer/consumertest"
+)
+
+// startDefaultLocksServer starts a server of its own with PostgreSQL's
+// default lock table (max_locks_per_transaction 64, max_connections 100),
+// not the shared test cluster's larger one, and returns a pool on it.
+func startDefaultLocksServer(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL server")
+	}
+	pg, err := consumertest.StartPostgres(
+		consumertest.WithSetting("max_connections", "100"),
+		consumertest.WithSetting("max_locks_per_transaction", "64"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	pool, err := pgxpool.New(testCtx(t), pg.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// TestFirstPartitionsDefaultLockTable: new tables with the longest Hourly
+// window the policy allows (some 2,000 partitions each) are maintained at
+// the same time, as the operator's concurrent reconciles do, on a server
+// with PostgreSQL's default lock table (max_locks_per_transaction 64,
+// max_connections 100). Each partition holds five locks until its
+// transaction ends (the table, its two indexes, the parent's), so a table's
+// first partitions all in one transaction hold some 10,000 locks at once,
+// and the shared lock table (sized for 64 per connection) runs out of
+// memory (SQLSTATE 53200): on every run, and for the server's other
+// clients too.
+func TestFirstPartitionsDefaultLockTable(t *testing.T) {
+	pool := startDefaultLocksServer(t)
+	ctx := testCtx(t)
+	now := time.Date(2025, 3, 1, 12, 30, 0, 0, time.UTC)
+	retention := 2000 * time.Hour
+	const tables = 3
+	engines := make([]*Engine, tables)
+	for i := range engines {
+		engines[i] = newEngine(t, pool, Table{Name: fmt.Sprintf("events_%d", i), Interval: Hourly})
+	}
+	errs := make(chan error, tables)
+	for _, e := range engines {
+		go func() {
+			_, err := e.Maintain(ctx, now, DefaultPremake, retention)
+			errs <- err
+		}()
+	}
+	for range engines {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, e := range engines {
+		assertConverged(t, pool, e, now, DefaultPremake, retention)
+	}
+}
