@@ -72,3 +72,22 @@ func TestFirstPartitionsDefaultLockTable(t *testing.T) {
 		assertConverged(t, pool, e, now, DefaultPremake, retention)
 	}
 }
+
+// TestFirstPartitionsWithinStatementDeadline: the engine bounds each call
+// by statement_timeout plus a grace (bounded); the server applies
+// statement_timeout to each statement of a multi-statement string, the
+// client's deadline to the whole string. The longest Hourly window's first
+// partitions in one string took longer than a short statement_timeout's
+// deadline, so the client cut the transaction on every run and the table
+// never got a partition.
+func TestFirstPartitionsWithinStatementDeadline(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	e := newEngine(t, pool, Table{Interval: Hourly}, WithStatementTimeout(time.Second))
+	now := time.Date(2025, 3, 1, 12, 30, 0, 0, time.UTC)
+	retention := 2000 * time.Hour
+	if _, err := e.Maintain(ctx, now, DefaultPremake, retention); err != nil {
+		t.Fatal(err)
+	}
+	assertConverged(t, pool, e, now, DefaultPremake, retention)
+}
