@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -90,4 +91,40 @@ func TestFirstPartitionsWithinStatementDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertConverged(t, pool, e, now, DefaultPremake, retention)
+}
+
+// TestFirstPartitionsCrashBetweenTransactions: a crash after the first of
+// several transactions of first partitions leaves those attached, the
+// current and premade ones among them, and the next run creates the rest.
+func TestFirstPartitionsCrashBetweenTransactions(t *testing.T) {
+	pool := newPool(t)
+	ctx := testCtx(t)
+	tbl := Table{Interval: Hourly}
+	clean := newEngine(t, pool, tbl)
+	hook, hit := crashAt(StepAttached)
+	crashy, err := NewEngine(pool, tbl, WithStepHook(hook))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2025, 3, 1, 12, 30, 0, 0, time.UTC)
+	const premake, retention = 3, 30 * time.Hour
+	res, err := crashy.Maintain(ctx, now, premake, retention)
+	if !errors.Is(err, errCrash) {
+		t.Fatalf("Maintain with a crash after the first transaction = %v, want the crash", err)
+	}
+	if len(res.Created) != firstPartitionsPerTransaction || len(res.Partitions) != firstPartitionsPerTransaction {
+		t.Fatalf("after the crash (at %s): created %v, attached %v; want the first %d", *hit, names(res.Created), partitionNames(res.Partitions), firstPartitionsPerTransaction)
+	}
+	if !res.Window.Contains(now) || !res.Window.Contains(now.Add(premake*time.Hour)) {
+		t.Fatalf("after the crash the window %v does not cover now and the premade hours", res.Window)
+	}
+	res, err = clean.Maintain(ctx, now, premake, retention)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(PlanPartitions(now, Hourly, premake, retention, tbl.WithDefaults().Name, nil).Create) - firstPartitionsPerTransaction
+	if len(res.Created) != want {
+		t.Fatalf("the next run created %d, want %d", len(res.Created), want)
+	}
+	assertConverged(t, pool, clean, now, premake, retention)
 }

@@ -250,6 +250,11 @@ func (e *Engine) createFirstPartitions(ctx context.Context, conn *pgx.Conn, ps [
 			return created, err
 		}
 		created = append(created, batch...)
+		for _, p := range batch {
+			if err := e.step(ctx, StepAttached, p.Name); err != nil {
+				return created, err
+			}
+		}
 		ps = ps[len(batch):]
 	}
 	return created, nil
