@@ -25,7 +25,7 @@ func TestFirstPartitionsInOneTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(res.Created) < 8 || len(res.Created) > firstPartitionsPerTransaction {
-		t.Fatalf("first run created %v, want the retention and premake window (8 or more)", names(res.Created))
+		t.Fatalf("first run created %v, want the retention and premake window (8 to %d)", names(res.Created), firstPartitionsPerTransaction)
 	}
 	var xmins int
 	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT c.xmin::text) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
