@@ -26,8 +26,8 @@ import (
 // The defaults that decide how fast a large cluster becomes Ready. A new
 // object's first reconcile is mostly waiting on its database: a handful of
 // DDL transactions (the table, its positions table, the claim functions,
-// then all the first partitions of the retention window and the premade ones
-// in one), each partition some files and a B-tree build that PostgreSQL
+// then the first partitions of the retention window and the premade ones,
+// sixteen to a transaction), each partition some files and a B-tree build that PostgreSQL
 // syncs to disk, and a handful of API calls. Reconciles of different objects
 // are independent (each table has its own advisory lock), so they run side
 // by side; the number of connections per database URL, not the number of

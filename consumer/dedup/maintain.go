@@ -62,15 +62,16 @@ func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, po
 		orphans[o.Name] = true
 	}
 
-	// A table without any partition (just created) gets its first ones in
-	// one transaction: nothing is left half done to converge from, and one
-	// commit instead of two per partition (make bench: a new object's
-	// first partitions took about 60% of the time).
+	// A table without any partition (just created) gets its first ones
+	// several to a transaction: one commit instead of two per partition
+	// (make bench: a new object's first partitions took about 60% of the
+	// time).
 	if len(st.Partitions) == 0 && len(st.Orphans) == 0 && len(plan.Create) > 1 {
-		if err := e.createFirstPartitions(ctx, conn, createOrder(plan.Create, e.table.Interval.Floor(now)), st.Owner); err != nil {
+		created, err := e.createFirstPartitions(ctx, conn, createOrder(plan.Create, e.table.Interval.Floor(now)), st.Owner)
+		res.Created = append(res.Created, created...)
+		if err != nil {
 			return err
 		}
-		res.Created = append(res.Created, plan.Create...)
 		plan.Create = nil
 	}
 
@@ -200,33 +201,65 @@ func (e *Engine) createPartition(ctx context.Context, conn *pgx.Conn, p Partitio
 	return e.step(ctx, StepAttached, p.Name)
 }
 
+// firstPartitionsPerTransaction bounds how many of a new table's first
+// partitions one transaction creates. Each holds five locks until the
+// transaction ends (the table, its two indexes, the parent's), and the
+// server's shared lock table is sized for max_locks_per_transaction (default
+// 64) per connection: some 2,000 Hourly partitions in one transaction hold
+// 10,000 locks, and a few such tables at once ran it out of shared memory
+// (SQLSTATE 53200) on every run, for the server's other clients too.
+// Sixteen hold some 80, a small share of that table even with every
+// reconcile worker at it at once, run well within one statement deadline
+// (bounded), and still make the default Daily window (12 partitions) in one
+// transaction.
+const firstPartitionsPerTransaction = 16
+
 // createFirstPartitions creates and attaches ps, the first partitions of a
-// table that has none, with createPartition's statements in one
-// transaction: all of them or, after a failure or a crash, none. ATTACH
-// takes SHARE UPDATE EXCLUSIVE on the table, as one at a time would, for
-// the transaction's length; a table without partitions takes no inserts
-// to block. A name that is taken makes the whole transaction fail; the
-// partitions are then created one at a time, which names what is in the
-// way (*NameConflictError).
-func (e *Engine) createFirstPartitions(ctx context.Context, conn *pgx.Conn, ps []Partition, owner string) error {
-	var b strings.Builder
-	for _, p := range ps {
-		sql, err := e.createChildSQL(p, owner)
-		if err != nil {
-			return err
+// table that has none, with createPartition's statements, up to
+// firstPartitionsPerTransaction in each transaction: ps in createOrder, so
+// the first transaction makes the current and next ones. After a failure or
+// a crash the table has none or some of them, and the next run creates the
+// rest one at a time as for any table. ATTACH takes SHARE UPDATE EXCLUSIVE
+// on the table, as one at a time would, for the transaction's length; a
+// table without partitions takes no inserts to block. A name that is taken
+// makes its transaction fail; those partitions and the rest are then
+// created one at a time, which names what is in the way
+// (*NameConflictError). It returns the partitions it made, also after a
+// failure.
+func (e *Engine) createFirstPartitions(ctx context.Context, conn *pgx.Conn, ps []Partition, owner string) ([]Partition, error) {
+	var created []Partition
+	for len(ps) > 0 {
+		batch := ps[:min(len(ps), firstPartitionsPerTransaction)]
+		var b strings.Builder
+		for _, p := range batch {
+			sql, err := e.createChildSQL(p, owner)
+			if err != nil {
+				return created, err
+			}
+			b.WriteString(sql + ";\n" + e.attachSQL(p) + ";\n")
 		}
-		b.WriteString(sql + ";\n" + e.attachSQL(p) + ";\n")
-	}
-	err := e.ddl(ctx, conn, fmt.Sprintf("creating the first %d partitions", len(ps)), b.String())
-	if isNameTaken(err) {
-		for _, p := range ps {
-			if err := e.createPartition(ctx, conn, p, owner, false); err != nil {
-				return err
+		err := e.ddl(ctx, conn, fmt.Sprintf("creating partitions %s to %s", batch[0].Name, batch[len(batch)-1].Name), b.String())
+		if isNameTaken(err) {
+			for _, p := range ps {
+				if err := e.createPartition(ctx, conn, p, owner, false); err != nil {
+					return created, err
+				}
+				created = append(created, p)
+			}
+			return created, nil
+		}
+		if err != nil {
+			return created, err
+		}
+		created = append(created, batch...)
+		for _, p := range batch {
+			if err := e.step(ctx, StepAttached, p.Name); err != nil {
+				return created, err
 			}
 		}
-		return nil
+		ps = ps[len(batch):]
 	}
-	return err
+	return created, nil
 }
 
 // createChildSQL creates p as a standalone table like the parent (storage
