@@ -100,7 +100,7 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	te.secret(t, ns, "db", map[string]string{"url": dbURL})
 	// The counters of reconciles: this process's registry, or the
 	// operator process's metrics endpoint.
-	counters := func() (count, seconds float64) { return reconcileCount(t), reconcileSeconds(t) }
+	counters := func() (count, seconds float64) { return reconcileCounters(t) }
 	var op *operatorProcess
 	if process {
 		op = startOperatorProcess(t, te, workers, conns)
@@ -500,51 +500,34 @@ func apiRequests(t *testing.T, te *testEnv) map[string]float64 {
 	return out
 }
 
-// reconcileSeconds is the sum of controller-runtime's reconcile time
-// histogram for our controller.
-func reconcileSeconds(t *testing.T) float64 {
+// reconcileCounters reads controller-runtime's reconcile counter and the
+// sum of its reconcile time histogram for our controller, from one gather
+// of this process's registry (which builds every per-object series too).
+func reconcileCounters(t *testing.T) (count, seconds float64) {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var total float64
 	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_time_seconds" {
+		name := f.GetName()
+		if name != "controller_runtime_reconcile_total" && name != "controller_runtime_reconcile_time_seconds" {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == ControllerName {
-					total += m.GetHistogram().GetSampleSum()
+				if l.GetName() != "controller" || l.GetValue() != ControllerName {
+					continue
+				}
+				if name == "controller_runtime_reconcile_total" {
+					count += m.GetCounter().GetValue()
+				} else {
+					seconds += m.GetHistogram().GetSampleSum()
 				}
 			}
 		}
 	}
-	return total
-}
-
-// reconcileCount is controller-runtime's reconcile counter for our controller.
-func reconcileCount(t *testing.T) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total float64
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == ControllerName {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return total
+	return count, seconds
 }
 
 func envInt(t *testing.T, name string, def int) int {
