@@ -413,6 +413,19 @@ func testSharedTable(t *testing.T, te *testEnv) {
 		if msg := got.GetCondition(kafkav1alpha1.ConditionDatabaseReady).Message; !strings.Contains(msg, "Set spec.dedup.sharing: Shared") {
 			t.Errorf("message %q does not say how to join", msg)
 		}
+		// Gone before the shared table is: a refused object waits for the
+		// name, and would make a table of its own there once the last user
+		// dropped it. Its deletion leaves the shared table alone.
+		if err := te.c.Delete(context.Background(), got); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "loner to be gone", func() (bool, string) {
+			err := te.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "loner"}, &kafkav1alpha1.IdempotentConsumer{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
+		})
+		if !tableExists(t, conn, "public", table) {
+			t.Fatal("deleting the refused object dropped the shared table")
+		}
 	})
 	t.Run("sharing cannot go back to Exclusive", func(t *testing.T) {
 		err := te.update(t, ns, "ledger", func(o *kafkav1alpha1.IdempotentConsumer) { o.Spec.Dedup.Sharing = kafkav1alpha1.SharingExclusive })
