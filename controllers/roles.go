@@ -111,7 +111,7 @@ func (r *IdempotentConsumerReconciler) reconcileRoles(ctx context.Context, s *re
 	}
 	if res.Unrestricted != "" {
 		r.rolesCondition(ctx, s, metav1.ConditionFalse, kafkav1alpha1.ReasonConsumerRoleUnrestricted, fmt.Sprintf(
-			"The consumer connects as role %s, but %s: nothing holds it back on table %s (it could DROP or TRUNCATE it, or read and write other groups' rows). Give it a role that owns nothing and is neither superuser nor BYPASSRLS",
+			"The consumer connects as role %s, but %s: nothing holds it back on table %s (it could DROP or TRUNCATE it, or read and write other groups' rows). Give it a role that owns nothing, is neither superuser nor BYPASSRLS nor CREATEROLE, and is not a member (at any depth) of such a role or of the owner",
 			quoteRole(role), res.Unrestricted, obj.Status.Table))
 		return nil
 	}

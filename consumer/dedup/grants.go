@@ -132,15 +132,18 @@ func (e *Engine) grantConsumer(ctx context.Context, conn *pgx.Conn, role, group 
 	case !p.exists:
 		return fmt.Errorf("%w: %q (create it with CREATE ROLE ... LOGIN, then give the consumer its URL)", ErrRoleNotFound, role)
 	case p.owner:
-		res.Unrestricted = "it owns the table"
+		res.Unrestricted = "it owns the table, or is a member of its owner"
 		return nil
 	case p.super:
-		res.Unrestricted = "it is a superuser"
+		res.Unrestricted = "it is a superuser, or a member of one"
 		return nil
 	}
-	if p.bypass {
-		// Grants are still due; only the policies do not hold it back.
-		res.Unrestricted = "it bypasses row-level security (BYPASSRLS)"
+	// Grants are still due; only the policies do not hold it back.
+	switch {
+	case p.bypass:
+		res.Unrestricted = "it bypasses row-level security (BYPASSRLS), or is a member of a role that does"
+	case p.createRole:
+		res.Unrestricted = "it has CREATEROLE, or is a member of a role that has it, and so may grant itself the table owner's role (PostgreSQL 15 and older)"
 	}
 	r := pgx.Identifier{role}.Sanitize()
 	run := func(op, sql string) error {
@@ -199,7 +202,8 @@ func (e *Engine) checkGrantable(ctx context.Context, conn *pgx.Conn) error {
 // table and its schema, and whether those tables have row-level security on.
 type rolePrivs struct {
 	exists                 bool
-	owner, super, bypass   bool
+	owner, super, bypass   bool // the role is, or is a member at any depth of, ...
+	createRole             bool // it may grant itself the owner's role
 	usage, tblOK, posOK    bool
 	tblPrivs, posPrivs     []string
 	parentRLS, positionRLS bool
@@ -213,12 +217,22 @@ func (e *Engine) rolePrivileges(ctx context.Context, conn *pgx.Conn, role string
 	// One read of everything the role has: has_*_privilege counts grants to
 	// PUBLIC and through role membership, so nothing is granted twice.
 	err := conn.QueryRow(qctx, `
-WITH r AS (SELECT oid, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = $1),
+WITH r AS (SELECT oid, rolsuper, rolbypassrls, rolcreaterole FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) $1::pg_catalog.text),
      t AS (SELECT c.oid, c.relowner, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $3),
      p AS (SELECT c.oid, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $4)
 SELECT EXISTS (SELECT 1 FROM r),
        coalesce((SELECT pg_has_role(r.oid, t.relowner, 'MEMBER') FROM r, t), false),
-       coalesce((SELECT rolsuper FROM r), false), coalesce((SELECT rolbypassrls FROM r), false),
+       -- A member of a role, at any depth, may SET ROLE to it: what that
+       -- role may do, this one may too.
+       coalesce((SELECT r.rolsuper OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles s
+                  WHERE s.rolsuper AND pg_catalog.pg_has_role(r.oid, s.oid, 'MEMBER')) FROM r), false),
+       coalesce((SELECT r.rolbypassrls OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles s
+                  WHERE s.rolbypassrls AND pg_catalog.pg_has_role(r.oid, s.oid, 'MEMBER')) FROM r), false),
+       -- Before PostgreSQL 16, CREATEROLE may GRANT any role that is not a
+       -- superuser, the owner's included, to itself.
+       pg_catalog.current_setting('server_version_num')::int OPERATOR(pg_catalog.<) 160000
+         AND coalesce((SELECT r.rolcreaterole OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles s
+                  WHERE s.rolcreaterole AND pg_catalog.pg_has_role(r.oid, s.oid, 'MEMBER')) FROM r), false),
        coalesce((SELECT has_schema_privilege(r.oid, $2, 'USAGE') FROM r), false),
        coalesce((SELECT has_table_privilege(r.oid, t.oid, 'SELECT') AND has_table_privilege(r.oid, t.oid, 'INSERT') AND has_table_privilege(r.oid, t.oid, 'DELETE') FROM r, t), false),
        coalesce((SELECT has_table_privilege(r.oid, p.oid, 'SELECT') AND has_table_privilege(r.oid, p.oid, 'INSERT') AND has_table_privilege(r.oid, p.oid, 'UPDATE') FROM r, p), false),
@@ -226,7 +240,7 @@ SELECT EXISTS (SELECT 1 FROM r),
        ARRAY(SELECT pr FROM r, p, unnest(ARRAY['SELECT', 'INSERT', 'UPDATE']) pr WHERE NOT has_table_privilege(r.oid, p.oid, pr)),
        coalesce((SELECT relrowsecurity FROM t), false), coalesce((SELECT relrowsecurity FROM p), false)`,
 		role, e.table.Schema, e.table.Name, e.positionsName()).Scan(
-		&p.exists, &p.owner, &p.super, &p.bypass, &p.usage, &p.tblOK, &p.posOK, &p.tblPrivs, &p.posPrivs, &p.parentRLS, &p.positionRLS)
+		&p.exists, &p.owner, &p.super, &p.bypass, &p.createRole, &p.usage, &p.tblOK, &p.posOK, &p.tblPrivs, &p.posPrivs, &p.parentRLS, &p.positionRLS)
 	cancel()
 	if err != nil {
 		return p, fmt.Errorf("reading the role's privileges: %w", err)
