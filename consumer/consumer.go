@@ -376,7 +376,7 @@ func (c *Consumer) checkDatabase(ctx context.Context) error {
 	name := c.cfg.Table.Schema + "." + c.cfg.Table.Name
 	// to_regclass wants a quoted name; the identifiers are validated
 	// lower-case [a-z0-9_], which need no quotes.
-	if err := c.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
+	if err := c.pool.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
 		return fmt.Errorf("database: %w", err)
 	}
 	if !exists {

@@ -69,7 +69,7 @@ func (e *Engine) observe(ctx context.Context, conn *pgx.Conn) (State, error) {
 		comment *string
 	)
 	err := conn.QueryRow(ctx, `
-SELECT c.oid, obj_description(c.oid, 'pg_class')
+SELECT c.oid, pg_catalog.obj_description(c.oid, 'pg_class')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = $1 AND c.relname = $2`, e.table.Schema, e.table.Name).Scan(&oid, &comment)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -86,7 +86,7 @@ SELECT c.oid, obj_description(c.oid, 'pg_class')
 	}
 
 	rows, err := conn.Query(ctx, `
-SELECT n.nspname::text, c.relname::text, pg_get_expr(c.relpartbound, c.oid), i.inhdetachpending, c.reltuples::bigint
+SELECT n.nspname::text, c.relname::text, pg_catalog.pg_get_expr(c.relpartbound, c.oid), i.inhdetachpending, c.reltuples::bigint
   FROM pg_inherits i
   JOIN pg_class c ON c.oid = i.inhrelid
   JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -233,7 +233,7 @@ type markedTable struct {
 // object in a database of many tables, on every observe: quadratic in the
 // number of tables when each is maintained.
 const markedTablesSQL = `
-SELECT c.relname::text, coalesce(obj_description(c.oid, 'pg_class'), ''), c.relispartition,
+SELECT c.relname::text, coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), ''), c.relispartition,
        c.relispartition AND EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
                 WHERE i.inhrelid = c.oid AND p.relnamespace = c.relnamespace AND p.relname = $4)
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -355,10 +355,10 @@ func (e *Engine) ensureClaim(ctx context.Context) error {
 		)
 		qctx, cancel := e.bounded(ctx)
 		err := conn.QueryRow(qctx, `
-SELECT true, p.prosrc, obj_description(p.oid, 'pg_proc'), coalesce(p.proconfig, '{}'),
-       has_function_privilege('public', p.oid, 'EXECUTE')
+SELECT true, p.prosrc, pg_catalog.obj_description(p.oid, 'pg_proc'), coalesce(p.proconfig, '{}'),
+       pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = $1 AND p.proname = $2 AND oidvectortypes(p.proargtypes) = $3`,
+ WHERE n.nspname = $1 AND p.proname = $2 AND pg_catalog.oidvectortypes(p.proargtypes) = $3`,
 			e.table.Schema, f.name, f.args).Scan(&found, &src, &comment, &config, &exec)
 		cancel()
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -397,9 +397,9 @@ func (e *Engine) dropClaim(ctx context.Context, conn *pgx.Conn) error {
 		var comment *string
 		qctx, cancel := e.bounded(ctx)
 		err := conn.QueryRow(qctx, `
-SELECT obj_description(p.oid, 'pg_proc')
+SELECT pg_catalog.obj_description(p.oid, 'pg_proc')
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = $1 AND p.proname = $2 AND oidvectortypes(p.proargtypes) = $3`, e.table.Schema, f.name, f.args).Scan(&comment)
+ WHERE n.nspname = $1 AND p.proname = $2 AND pg_catalog.oidvectortypes(p.proargtypes) = $3`, e.table.Schema, f.name, f.args).Scan(&comment)
 		cancel()
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue

@@ -62,10 +62,10 @@ func ReadDurability(ctx context.Context, q interface {
 	// application_name is shown to an unprivileged role only for its own
 	// walsenders; sync_state is NULL unless the role may read all stats.
 	err := q.QueryRow(ctx, `
-SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names'),
-       coalesce(array_agg(coalesce(application_name, '') ORDER BY pid) FILTER (WHERE pid IS NOT NULL), '{}'),
-       coalesce(array_agg(coalesce(sync_state, '') ORDER BY pid) FILTER (WHERE pid IS NOT NULL), '{}'),
-       coalesce(array_agg(sync_state IS NOT NULL ORDER BY pid) FILTER (WHERE pid IS NOT NULL), '{}')
+SELECT pg_catalog.current_setting('synchronous_commit'), pg_catalog.current_setting('synchronous_standby_names'),
+       coalesce(pg_catalog.array_agg(coalesce(application_name, '') ORDER BY pid) FILTER (WHERE pid IS NOT NULL), '{}'),
+       coalesce(pg_catalog.array_agg(coalesce(sync_state, '') ORDER BY pid) FILTER (WHERE pid IS NOT NULL), '{}'),
+       coalesce(pg_catalog.array_agg(sync_state IS NOT NULL ORDER BY pid) FILTER (WHERE pid IS NOT NULL), '{}')
   FROM (SELECT 1) one LEFT JOIN pg_stat_replication ON true`).Scan(&d.SynchronousCommit, &d.SynchronousStandbyNames, &names, &syncs, &visible)
 	if err != nil {
 		return d, fmt.Errorf("reading synchronous_commit and pg_stat_replication: %w", err)

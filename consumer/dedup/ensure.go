@@ -137,7 +137,7 @@ func (e *Engine) createTable(ctx context.Context, conn *pgx.Conn, owner string) 
 	sql := fmt.Sprintf(`CREATE TABLE %s (
 	event_id uuid NOT NULL,
 	consumer_group text NOT NULL,
-	processed_at timestamptz NOT NULL DEFAULT now(),
+	processed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	CONSTRAINT %s PRIMARY KEY (%s)
 ) PARTITION BY RANGE (event_id);
 ALTER TABLE %s ALTER COLUMN consumer_group SET STORAGE PLAIN;
@@ -173,13 +173,13 @@ func (e *Engine) checkLayout(ctx context.Context, conn *pgx.Conn, st State) erro
 	defer cancel()
 	err := conn.QueryRow(ctx, `
 SELECT c.relkind::text,
-       CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END,
+       CASE WHEN c.relkind = 'p' THEN pg_catalog.pg_get_partkeydef(c.oid) END,
        ARRAY(SELECT a.attname::text
                FROM pg_constraint con
-               CROSS JOIN LATERAL unnest(con.conkey) WITH ORDINALITY k(attnum, ord)
+               CROSS JOIN LATERAL pg_catalog.unnest(con.conkey) WITH ORDINALITY k(attnum, ord)
                JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum
               WHERE con.conrelid = c.oid AND con.contype = 'p' ORDER BY k.ord),
-       ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+       ARRAY(SELECT a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
                FROM pg_attribute a
               WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -221,7 +221,7 @@ WITH r AS (SELECT oid, rolsuper, rolbypassrls, rolcreaterole FROM pg_catalog.pg_
      t AS (SELECT c.oid, c.relowner, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $3),
      p AS (SELECT c.oid, c.relrowsecurity FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $4)
 SELECT EXISTS (SELECT 1 FROM r),
-       coalesce((SELECT pg_has_role(r.oid, t.relowner, 'MEMBER') FROM r, t), false),
+       coalesce((SELECT pg_catalog.pg_has_role(r.oid, t.relowner, 'MEMBER') FROM r, t), false),
        -- A member of a role, at any depth, may SET ROLE to it: what that
        -- role may do, this one may too.
        coalesce((SELECT r.rolsuper OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles s
@@ -233,11 +233,11 @@ SELECT EXISTS (SELECT 1 FROM r),
        pg_catalog.current_setting('server_version_num')::int OPERATOR(pg_catalog.<) 160000
          AND coalesce((SELECT r.rolcreaterole OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles s
                   WHERE s.rolcreaterole AND pg_catalog.pg_has_role(r.oid, s.oid, 'MEMBER')) FROM r), false),
-       coalesce((SELECT has_schema_privilege(r.oid, $2, 'USAGE') FROM r), false),
-       coalesce((SELECT has_table_privilege(r.oid, t.oid, 'SELECT') AND has_table_privilege(r.oid, t.oid, 'INSERT') AND has_table_privilege(r.oid, t.oid, 'DELETE') FROM r, t), false),
-       coalesce((SELECT has_table_privilege(r.oid, p.oid, 'SELECT') AND has_table_privilege(r.oid, p.oid, 'INSERT') AND has_table_privilege(r.oid, p.oid, 'UPDATE') FROM r, p), false),
-       ARRAY(SELECT pr FROM r, t, unnest(ARRAY['SELECT', 'INSERT', 'DELETE']) pr WHERE NOT has_table_privilege(r.oid, t.oid, pr)),
-       ARRAY(SELECT pr FROM r, p, unnest(ARRAY['SELECT', 'INSERT', 'UPDATE']) pr WHERE NOT has_table_privilege(r.oid, p.oid, pr)),
+       coalesce((SELECT pg_catalog.has_schema_privilege(r.oid, $2, 'USAGE') FROM r), false),
+       coalesce((SELECT pg_catalog.has_table_privilege(r.oid, t.oid, 'SELECT') AND pg_catalog.has_table_privilege(r.oid, t.oid, 'INSERT') AND pg_catalog.has_table_privilege(r.oid, t.oid, 'DELETE') FROM r, t), false),
+       coalesce((SELECT pg_catalog.has_table_privilege(r.oid, p.oid, 'SELECT') AND pg_catalog.has_table_privilege(r.oid, p.oid, 'INSERT') AND pg_catalog.has_table_privilege(r.oid, p.oid, 'UPDATE') FROM r, p), false),
+       ARRAY(SELECT pr FROM r, t, pg_catalog.unnest(ARRAY['SELECT', 'INSERT', 'DELETE']) pr WHERE NOT pg_catalog.has_table_privilege(r.oid, t.oid, pr)),
+       ARRAY(SELECT pr FROM r, p, pg_catalog.unnest(ARRAY['SELECT', 'INSERT', 'UPDATE']) pr WHERE NOT pg_catalog.has_table_privilege(r.oid, p.oid, pr)),
        coalesce((SELECT relrowsecurity FROM t), false), coalesce((SELECT relrowsecurity FROM p), false)`,
 		role, e.table.Schema, e.table.Name, e.positionsName()).Scan(
 		&p.exists, &p.owner, &p.super, &p.bypass, &p.createRole, &p.usage, &p.tblOK, &p.posOK, &p.tblPrivs, &p.posPrivs, &p.parentRLS, &p.positionRLS)
@@ -259,7 +259,7 @@ func (e *Engine) grantSchemaUsage(ctx context.Context, conn *pgx.Conn, role stri
 	}
 	var ok bool
 	qctx, cancel := e.bounded(ctx)
-	err := conn.QueryRow(qctx, `SELECT has_schema_privilege($1, $2, 'USAGE')`, role, e.table.Schema).Scan(&ok)
+	err := conn.QueryRow(qctx, `SELECT pg_catalog.has_schema_privilege($1, $2, 'USAGE')`, role, e.table.Schema).Scan(&ok)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("reading USAGE on schema %s: %w", e.table.Schema, err)
@@ -307,9 +307,9 @@ func (e *Engine) grantClaimFunctions(ctx context.Context, conn *pgx.Conn, role s
 	}
 	qctx, cancel := e.bounded(ctx)
 	rows, err := conn.Query(qctx, `
-SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '(' || pg_get_function_identity_arguments(p.oid) || ')'
+SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(p.proname) || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')'
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = $1 AND p.proname = ANY($2::text[]) AND NOT has_function_privilege($3, p.oid, 'EXECUTE')
+ WHERE n.nspname = $1 AND p.proname = ANY($2::text[]) AND NOT pg_catalog.has_function_privilege($3, p.oid, 'EXECUTE')
  ORDER BY 1`, e.table.Schema, names, role)
 	var fns []string
 	if err == nil {
@@ -334,7 +334,7 @@ func (e *Engine) literal(ctx context.Context, conn *pgx.Conn, s string) (string,
 	qctx, cancel := e.bounded(ctx)
 	defer cancel()
 	var lit string
-	if err := conn.QueryRow(qctx, `SELECT quote_literal($1::text)`, s).Scan(&lit); err != nil {
+	if err := conn.QueryRow(qctx, `SELECT pg_catalog.quote_literal($1::text)`, s).Scan(&lit); err != nil {
 		return "", fmt.Errorf("quoting the consumer group: %w", err)
 	}
 	return lit, nil
@@ -393,18 +393,18 @@ WITH t AS (SELECT c.oid, c.relname::text AS name, c.relacl, c.relowner FROM pg_c
      -- Never the owner (or a member of it): its own privileges are in
      -- relacl too once anything was granted, and are not ours to take.
      r AS (SELECT oid FROM pg_roles WHERE rolname = $1
-              AND NOT EXISTS (SELECT 1 FROM t WHERE pg_has_role(pg_roles.oid, t.relowner, 'MEMBER')))
+              AND NOT EXISTS (SELECT 1 FROM t WHERE pg_catalog.pg_has_role(pg_roles.oid, t.relowner, 'MEMBER')))
 SELECT EXISTS (SELECT 1 FROM r),
        ARRAY(SELECT t.name FROM t JOIN pg_policy p ON p.polrelid = t.oid WHERE p.polname = $5 ORDER BY t.name),
-       (SELECT count(*) FROM t JOIN pg_policy p ON p.polrelid = t.oid, r
-         WHERE left(p.polname, length($6)) = $6 AND p.polname <> $5 AND r.oid = ANY (p.polroles))::int,
-       ARRAY(SELECT 'TABLE ' || quote_ident($2) || '.' || quote_ident(t.name) FROM t, r
-              WHERE EXISTS (SELECT 1 FROM aclexplode(t.relacl) a WHERE a.grantee = r.oid)
+       (SELECT pg_catalog.count(*) FROM t JOIN pg_policy p ON p.polrelid = t.oid, r
+         WHERE pg_catalog.left(p.polname, pg_catalog.length($6)) = $6 AND p.polname <> $5 AND r.oid = ANY (p.polroles))::int,
+       ARRAY(SELECT 'TABLE ' || pg_catalog.quote_ident($2) || '.' || pg_catalog.quote_ident(t.name) FROM t, r
+              WHERE EXISTS (SELECT 1 FROM pg_catalog.aclexplode(t.relacl) a WHERE a.grantee = r.oid)
              UNION ALL
-             SELECT 'FUNCTION ' || quote_ident(n.nspname) || '.' || quote_ident(p.proname) || '(' || pg_get_function_identity_arguments(p.oid) || ')'
+             SELECT 'FUNCTION ' || pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(p.proname) || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')'
                FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace, r
               WHERE n.nspname = $2 AND p.proname = ANY ($7::text[])
-                AND EXISTS (SELECT 1 FROM aclexplode(p.proacl) a WHERE a.grantee = r.oid))`,
+                AND EXISTS (SELECT 1 FROM pg_catalog.aclexplode(p.proacl) a WHERE a.grantee = r.oid))`,
 		role, e.table.Schema, e.table.Name, e.positionsName(), policyName(role, group), policyPrefix, names).Scan(
 		&exists, &drop, &others, &granted)
 	cancel()

@@ -99,7 +99,7 @@ func NewInserter(t Table, group string, opts ...InserterOption) (*Inserter, erro
 	}
 	// ON CONFLICT without a target absorbs a conflict on the primary key
 	// whatever the scope; RETURNING lists only the rows inserted now.
-	in.insertSQL = fmt.Sprintf(`INSERT INTO %s (event_id, consumer_group) SELECT unnest($1::uuid[]), $2 ON CONFLICT DO NOTHING RETURNING event_id`,
+	in.insertSQL = fmt.Sprintf(`INSERT INTO %s (event_id, consumer_group) SELECT pg_catalog.unnest($1::uuid[]), $2 ON CONFLICT DO NOTHING RETURNING event_id`,
 		pgx.Identifier{t.Schema, t.Name}.Sanitize())
 	// The key of the row to take back: the id alone under ScopeGlobal (one
 	// row whichever group wrote it), the id and this group otherwise.
@@ -378,7 +378,7 @@ func (in *Inserter) loadCoverage(ctx context.Context, tx pgx.Tx) (coverage, erro
 // partition (a VACUUM FULL, a plain DETACH), which the refresh lock timeout
 // bounds.
 const coverageSQL = `
-SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid)
+SELECT c.relname::text, pg_catalog.pg_get_expr(c.relpartbound, c.oid)
   FROM pg_class p
   JOIN pg_namespace n ON n.oid = p.relnamespace
   LEFT JOIN pg_inherits i ON i.inhparent = p.oid AND NOT i.inhdetachpending

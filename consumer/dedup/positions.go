@@ -85,7 +85,7 @@ func (e *Engine) ensurePositions(ctx context.Context) error {
 	topic text NOT NULL,
 	kafka_partition integer NOT NULL,
 	next_offset bigint NOT NULL,
-	updated_at timestamptz NOT NULL DEFAULT now(),
+	updated_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	CONSTRAINT %s PRIMARY KEY (consumer_group, topic, kafka_partition)
 );
 COMMENT ON TABLE %s IS %s`, pos, pgx.Identifier{e.positionsName() + "_pk"}.Sanitize(), pos, marker)
@@ -132,8 +132,8 @@ func (e *Engine) checkPositions(ctx context.Context, conn *pgx.Conn) (bool, erro
 	qctx, cancel := e.bounded(ctx)
 	defer cancel()
 	err = conn.QueryRow(qctx, `
-SELECT obj_description(c.oid, 'pg_class'),
-       ARRAY(SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+SELECT pg_catalog.obj_description(c.oid, 'pg_class'),
+       ARRAY(SELECT a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
                FROM pg_attribute a
               WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -158,7 +158,7 @@ func (e *Engine) dropPositions(ctx context.Context, conn *pgx.Conn) error {
 	var comment *string
 	qctx, cancel := e.bounded(ctx)
 	err := conn.QueryRow(qctx, `
-SELECT obj_description(c.oid, 'pg_class')
+SELECT pg_catalog.obj_description(c.oid, 'pg_class')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'r'`, e.table.Schema, e.positionsName()).Scan(&comment)
 	cancel()
@@ -231,7 +231,7 @@ func NewPositions(t Table, group string) (*Positions, error) {
 		recordSQL: `WITH old AS (SELECT next_offset FROM ` + id +
 			` WHERE consumer_group = $1 AND topic = $2 AND kafka_partition = $3 FOR UPDATE),
 up AS (INSERT INTO ` + id + ` AS p (consumer_group, topic, kafka_partition, next_offset) VALUES ($1, $2, $3, $4)
-       ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now())
+       ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = pg_catalog.now())
 SELECT (SELECT next_offset FROM old)`,
 	}, nil
 }
@@ -245,7 +245,7 @@ func (p *Positions) Check(ctx context.Context, q Queryer) error {
 	var exists bool
 	// The identifiers are validated lower-case [a-z0-9_], so the unquoted
 	// name is what to_regclass expects.
-	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, p.name).Scan(&exists); err != nil {
+	if err := q.QueryRow(ctx, `SELECT pg_catalog.to_regclass($1) IS NOT NULL`, p.name).Scan(&exists); err != nil {
 		return fmt.Errorf("looking up positions table %s: %w", p.name, err)
 	}
 	if !exists {

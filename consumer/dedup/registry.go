@@ -146,7 +146,7 @@ VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (user_id) DO UPDATE
    SET consumer_group = EXCLUDED.consumer_group, object = EXCLUDED.object,
        retention_seconds = EXCLUDED.retention_seconds, premake = EXCLUDED.premake,
-       drop_on_delete = EXCLUDED.drop_on_delete, updated_at = now()`, e.usersIdent()),
+       drop_on_delete = EXCLUDED.drop_on_delete, updated_at = pg_catalog.now()`, e.usersIdent()),
 		u.ID, u.Group, u.Object, int64(u.Retention/time.Second), u.Premake, u.DropOnDelete)
 	cancel()
 	if err != nil {
@@ -290,8 +290,8 @@ func (e *Engine) ensureUsers(ctx context.Context, conn *pgx.Conn) error {
 	retention_seconds bigint NOT NULL,
 	premake integer NOT NULL,
 	drop_on_delete boolean NOT NULL,
-	registered_at timestamptz NOT NULL DEFAULT now(),
-	updated_at timestamptz NOT NULL DEFAULT now(),
+	registered_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	updated_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	CONSTRAINT %s PRIMARY KEY (user_id),
 	CONSTRAINT %s UNIQUE (consumer_group)
 );
@@ -308,7 +308,7 @@ func (e *Engine) checkUsers(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	var comment *string
 	qctx, cancel := e.bounded(ctx)
 	err := conn.QueryRow(qctx, `
-SELECT obj_description(c.oid, 'pg_class')
+SELECT pg_catalog.obj_description(c.oid, 'pg_class')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'r'`, e.table.Schema, name).Scan(&comment)
 	cancel()

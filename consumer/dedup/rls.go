@@ -87,7 +87,7 @@ func CheckAccess(ctx context.Context, q Queryer, t Table, group string, forget b
 		usage    bool
 		problems []string
 	)
-	if err := q.QueryRow(ctx, `SELECT current_user::text, has_schema_privilege($1, 'USAGE')`, t.Schema).Scan(&role, &usage); err != nil {
+	if err := q.QueryRow(ctx, `SELECT current_user::text, pg_catalog.has_schema_privilege($1, 'USAGE')`, t.Schema).Scan(&role, &usage); err != nil {
 		return fmt.Errorf("checking the consumer role's privileges on %s: %w", t, err)
 	}
 	if !usage {
@@ -103,12 +103,12 @@ func CheckAccess(ctx context.Context, q Queryer, t Table, group string, forget b
 			rls               bool
 		)
 		err := q.QueryRow(ctx, `
-SELECT ARRAY(SELECT p FROM unnest($3::text[]) p WHERE NOT has_table_privilege(c.oid, p)),
+SELECT ARRAY(SELECT p FROM pg_catalog.unnest($3::text[]) p WHERE NOT pg_catalog.has_table_privilege(c.oid, p)),
        c.relrowsecurity AND NOT r.rolsuper AND NOT r.rolbypassrls
-         AND (c.relforcerowsecurity OR NOT pg_has_role(r.oid, c.relowner, 'MEMBER')),
+         AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role(r.oid, c.relowner, 'MEMBER')),
        ARRAY(SELECT pol.polname::text FROM pg_policy pol
               WHERE pol.polrelid = c.oid AND pol.polcmd IN ('*', 'a') AND pol.polpermissive
-                AND (0 = ANY (pol.polroles) OR EXISTS (SELECT 1 FROM unnest(pol.polroles) pr WHERE pg_has_role(r.oid, pr, 'MEMBER'))))
+                AND (0 = ANY (pol.polroles) OR EXISTS (SELECT 1 FROM pg_catalog.unnest(pol.polroles) pr WHERE pg_catalog.pg_has_role(r.oid, pr, 'MEMBER'))))
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, pg_roles r
  WHERE n.nspname = $1 AND c.relname = $2 AND r.rolname = current_user`, t.Schema, rel.name, rel.privs).Scan(&missing, &rls, &policies)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -64,10 +64,10 @@ func CheckScope(ctx context.Context, q Queryer, t Table) error {
 		pkey    []string
 	)
 	err := q.QueryRow(ctx, `
-SELECT obj_description(c.oid, 'pg_class'),
+SELECT pg_catalog.obj_description(c.oid, 'pg_class'),
        ARRAY(SELECT a.attname::text
                FROM pg_constraint con
-               CROSS JOIN LATERAL unnest(con.conkey) WITH ORDINALITY k(attnum, ord)
+               CROSS JOIN LATERAL pg_catalog.unnest(con.conkey) WITH ORDINALITY k(attnum, ord)
                JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum
               WHERE con.conrelid = c.oid AND con.contype = 'p' ORDER BY k.ord)
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -17,8 +17,8 @@ import (
 // deadline is the backstop for a server or network that does not answer.
 const clientGrace = 5 * time.Second
 
-// conn takes a pool connection with the engine's lock_timeout and
-// statement_timeout set. release(maybeLocked) resets them and returns the
+// conn takes a pool connection with the engine's search_path, lock_timeout
+// and statement_timeout set. release(maybeLocked) resets them and returns the
 // connection, or closes it when its state is unknown: after an error, in a
 // transaction, or when it may hold the table's advisory lock that could not
 // be released. Closing ends the backend, and so frees whatever it held.
@@ -35,10 +35,10 @@ func (e *Engine) conn(ctx context.Context) (*pgx.Conn, func(maybeLocked bool), e
 		defer cancel()
 		var err error
 		if maybeLocked {
-			_, err = conn.Exec(cctx, `SELECT pg_advisory_unlock($1)`, e.lockKey())
+			_, err = conn.Exec(cctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, e.lockKey())
 		}
 		if err == nil {
-			err = conn.PgConn().Exec(cctx, "RESET lock_timeout; RESET statement_timeout").Close()
+			err = conn.PgConn().Exec(cctx, "RESET lock_timeout; RESET statement_timeout; RESET search_path").Close()
 		}
 		if err != nil || conn.PgConn().TxStatus() != 'I' {
 			_ = pc.Hijack().Close(cctx)
@@ -46,10 +46,17 @@ func (e *Engine) conn(ctx context.Context) (*pgx.Conn, func(maybeLocked bool), e
 		}
 		pc.Release()
 	}
-	settings := fmt.Sprintf("SET lock_timeout = %d; SET statement_timeout = %d", e.cfg.lockTimeout.Milliseconds(), e.cfg.statementTimeout.Milliseconds())
+	// search_path: the engine runs as the table's owner, and a function or
+	// operator that another role planted in a schema on the default path
+	// ("$user", public) could be picked over pg_catalog's by overload
+	// resolution and run with the owner's rights. Every name the engine
+	// sends is qualified too (pg_catalog.x, schema.table); the pinned path
+	// is the second wall. The engine needs a session of its own anyway (a
+	// session advisory lock, DETACH CONCURRENTLY), so a session SET holds.
+	settings := fmt.Sprintf("SET search_path = pg_catalog, pg_temp; SET lock_timeout = %d; SET statement_timeout = %d", e.cfg.lockTimeout.Milliseconds(), e.cfg.statementTimeout.Milliseconds())
 	if err := e.exec(ctx, conn, settings); err != nil {
 		release(false)
-		return nil, nil, fmt.Errorf("setting lock_timeout and statement_timeout: %w", err)
+		return nil, nil, fmt.Errorf("setting search_path, lock_timeout and statement_timeout: %w", err)
 	}
 	return conn, release, nil
 }
@@ -70,7 +77,7 @@ func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
 	for attempt := 1; ; attempt++ {
 		locked := false
 		qctx, cancel := e.bounded(ctx)
-		err := conn.QueryRow(qctx, `SELECT pg_try_advisory_lock($1)`, e.lockKey()).Scan(&locked)
+		err := conn.QueryRow(qctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, e.lockKey()).Scan(&locked)
 		cancel()
 		if err != nil {
 			// The answer may be lost after the server took the lock.

@@ -37,7 +37,7 @@ SELECT id, grp, at,
             WHEN id >= $2 THEN '%s'
             ELSE '%s' END AS reason
   FROM (SELECT s.%s AS id, %s AS grp, %s AS at, %s AS is_v7,
-               EXISTS (SELECT 1 FROM unnest($3::uuid[], $4::uuid[]) r(lo, hi) WHERE s.%s >= r.lo AND s.%s < r.hi) AS covered
+               EXISTS (SELECT 1 FROM pg_catalog.unnest($3::uuid[], $4::uuid[]) r(lo, hi) WHERE s.%s >= r.lo AND s.%s < r.hi) AS covered
           FROM %s s) x`,
 		SkipNotV7, SkipTooOld, SkipTooNew, SkipInGap,
 		src.id, src.groupExpr("s", "$5::text"), src.atExpr("s"), v7("s."+src.id), src.id, src.id, src.ident())
@@ -50,7 +50,7 @@ func classifyArgs(cfg Config, rs []dedup.KeyRange) []any {
 
 // count fills the report's totals and samples.
 func count(ctx context.Context, q querier, cfg Config, src source, rs []dedup.KeyRange, rep *Report) error {
-	rows, err := q.Query(ctx, `SELECT coalesce(reason, ''), count(*) FROM (`+classify(src)+`) c GROUP BY 1`, classifyArgs(cfg, rs)...)
+	rows, err := q.Query(ctx, `SELECT coalesce(reason, ''), pg_catalog.count(*) FROM (`+classify(src)+`) c GROUP BY 1`, classifyArgs(cfg, rs)...)
 	if err != nil {
 		return fmt.Errorf("counting the rows of %s: %w", src, err)
 	}
@@ -113,7 +113,7 @@ WITH ins AS (
   SELECT s.%[2]s, %[3]s, %[4]s FROM %[5]s s
    WHERE s.%[2]s %[6]s $1 AND s.%[2]s <= $2 AND %[7]s
   ON CONFLICT DO NOTHING RETURNING 1)
-SELECT count(*) FROM ins`, target, src.id, src.groupExpr("s", "$3::text"), src.atExpr("s"), src.ident(), op, v7("s."+src.id))
+SELECT pg_catalog.count(*) FROM ins`, target, src.id, src.groupExpr("s", "$3::text"), src.atExpr("s"), src.ident(), op, v7("s."+src.id))
 	}
 	from, op := r.From, ">="
 	for {
@@ -154,7 +154,7 @@ func countMissing(ctx context.Context, q querier, cfg Config, src source, rs []d
 	if cfg.Table.Scope == dedup.ScopeConsumerGroup {
 		match += " AND t.consumer_group = c.grp"
 	}
-	sql := fmt.Sprintf(`SELECT count(*) FROM (%s) c WHERE c.reason IS NULL AND NOT EXISTS (SELECT 1 FROM %s t WHERE %s)`,
+	sql := fmt.Sprintf(`SELECT pg_catalog.count(*) FROM (%s) c WHERE c.reason IS NULL AND NOT EXISTS (SELECT 1 FROM %s t WHERE %s)`,
 		classify(src), pgx.Identifier{cfg.Table.Schema, cfg.Table.Name}.Sanitize(), match)
 	if err := q.QueryRow(ctx, sql, classifyArgs(cfg, rs)...).Scan(&rep.Missing); err != nil {
 		return fmt.Errorf("verifying the copy: %w", err)
@@ -175,7 +175,7 @@ func checkDrops(ctx context.Context, q querier, cfg Config, drop []dedup.Partiti
 	)
 	for _, p := range drop {
 		var n int64
-		if err := q.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{cfg.Table.Schema, p.Name}.Sanitize()).Scan(&n); err != nil {
+		if err := q.QueryRow(ctx, "SELECT pg_catalog.count(*) FROM "+pgx.Identifier{cfg.Table.Schema, p.Name}.Sanitize()).Scan(&n); err != nil {
 			return fmt.Errorf("counting the rows of partition %s: %w", p.Name, err)
 		}
 		if n > 0 {

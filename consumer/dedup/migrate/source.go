@@ -28,7 +28,7 @@ func lookup(ctx context.Context, q querier, schema, name string) (relation, erro
 		comment *string
 	)
 	err := q.QueryRow(ctx, `
-SELECT c.oid, c.relkind::text, obj_description(c.oid, 'pg_class')
+SELECT c.oid, c.relkind::text, pg_catalog.obj_description(c.oid, 'pg_class')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = $1 AND c.relname = $2`, schema, name).Scan(&r.oid, &r.kind, &comment)
 	if errors.Is(err, pgx.ErrNoRows) {
