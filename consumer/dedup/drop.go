@@ -32,7 +32,7 @@ func (e *Engine) dropTable(ctx context.Context, conn *pgx.Conn, owner string) er
 		return fmt.Errorf("dropping table %s: %w", e.table, err)
 	}
 	if !st.Exists {
-		return nil
+		return e.dropLockTable(ctx, conn)
 	}
 	if st.Owner != owner {
 		return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
@@ -78,6 +78,10 @@ func (e *Engine) dropTable(ctx context.Context, conn *pgx.Conn, owner string) er
 		if err := e.dropDetached(ctx, conn, o); err != nil {
 			return fmt.Errorf("dropping table %s: %w", e.table, err)
 		}
+	}
+	// Last: the lock table's key guards everything above.
+	if err := e.dropLockTable(ctx, conn); err != nil {
+		return fmt.Errorf("dropping table %s: %w", e.table, err)
 	}
 	return nil
 }

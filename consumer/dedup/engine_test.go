@@ -403,9 +403,9 @@ func TestEngineBoundsItsWaits(t *testing.T) {
 		t.Fatalf("a long statement in the session: %v after %s, want statement_timeout (57014) at once", err, time.Since(t0))
 	}
 	release()
-	var lt, st string
-	if err := pool.QueryRow(ctx, "SELECT current_setting('lock_timeout'), current_setting('statement_timeout')").Scan(&lt, &st); err != nil || lt != "0" || st != "0" {
-		t.Fatalf("settings leaked into the pool: lock_timeout %q statement_timeout %q (err %v)", lt, st, err)
+	var lt, st, sp string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('lock_timeout'), current_setting('statement_timeout'), current_setting('search_path')").Scan(&lt, &st, &sp); err != nil || lt != "0" || st != "0" || sp != `"$user", public` {
+		t.Fatalf("settings leaked into the pool: lock_timeout %q statement_timeout %q search_path %q (err %v)", lt, st, sp, err)
 	}
 
 	// Another maintainer (here, a plain session) holds the table's lock.
@@ -414,7 +414,11 @@ func TestEngineBoundsItsWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Release()
-	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", e.lockKey()); err != nil {
+	key, err := e.lockKey(ctx, holder.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
 		t.Fatal(err)
 	}
 	t0 = time.Now()
@@ -422,7 +426,7 @@ func TestEngineBoundsItsWaits(t *testing.T) {
 	if !IsRetryable(err) || time.Since(t0) > 5*time.Second {
 		t.Fatalf("Maintain behind another maintainer: %v after %s, want a retryable error after about 300ms", err, time.Since(t0))
 	}
-	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", e.lockKey()); err != nil {
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
 		t.Fatal(err)
 	}
 	res, err := e.Maintain(ctx, time.Now(), 1, time.Hour)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"time"
 
@@ -23,6 +22,16 @@ const clientGrace = 5 * time.Second
 // transaction, or when it may hold the table's advisory lock that could not
 // be released. Closing ends the backend, and so frees whatever it held.
 func (e *Engine) conn(ctx context.Context) (*pgx.Conn, func(maybeLocked bool), error) {
+	conn, release, err := e.connLocking(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, func(bool) { release(nil) }, nil
+}
+
+// connLocking is conn whose release takes the advisory lock key the
+// connection may hold (nil: none).
+func (e *Engine) connLocking(ctx context.Context) (*pgx.Conn, func(maybeLocked *int64), error) {
 	actx, cancel := e.bounded(ctx)
 	pc, err := e.pool.Acquire(actx)
 	cancel()
@@ -30,12 +39,12 @@ func (e *Engine) conn(ctx context.Context) (*pgx.Conn, func(maybeLocked bool), e
 		return nil, nil, fmt.Errorf("acquiring connection: %w", err)
 	}
 	conn := pc.Conn()
-	release := func(maybeLocked bool) {
+	release := func(maybeLocked *int64) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clientGrace)
 		defer cancel()
 		var err error
-		if maybeLocked {
-			_, err = conn.Exec(cctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, e.lockKey())
+		if maybeLocked != nil {
+			_, err = conn.Exec(cctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, *maybeLocked)
 		}
 		if err == nil {
 			err = conn.PgConn().Exec(cctx, "RESET lock_timeout; RESET statement_timeout; RESET search_path").Close()
@@ -55,7 +64,7 @@ func (e *Engine) conn(ctx context.Context) (*pgx.Conn, func(maybeLocked bool), e
 	// session advisory lock, DETACH CONCURRENTLY), so a session SET holds.
 	settings := fmt.Sprintf("SET search_path = pg_catalog, pg_temp; SET lock_timeout = %d; SET statement_timeout = %d", e.cfg.lockTimeout.Milliseconds(), e.cfg.statementTimeout.Milliseconds())
 	if err := e.exec(ctx, conn, settings); err != nil {
-		release(false)
+		release(nil)
 		return nil, nil, fmt.Errorf("setting search_path, lock_timeout and statement_timeout: %w", err)
 	}
 	return conn, release, nil
@@ -63,10 +72,12 @@ func (e *Engine) conn(ctx context.Context) (*pgx.Conn, func(maybeLocked bool), e
 
 // session takes a connection (see conn) for the whole run and the table's
 // session-level advisory lock on it. DETACH CONCURRENTLY must run outside a
-// transaction block, so the lock cannot be a transaction lock. release gives
-// the lock and the settings back, or discards the connection.
+// transaction block, so the lock cannot be a transaction lock. Its key is
+// the table's own (lock.go), unknown to roles that may not maintain the
+// table. release gives the lock and the settings back, or discards the
+// connection.
 func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
-	conn, put, err := e.conn(ctx)
+	conn, put, err := e.connLocking(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -74,26 +85,50 @@ func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
 	// short by the lock_timeout; waiting for another maintainer is expected
 	// and bounded separately (WithAdvisoryLockWait).
 	deadline := time.Now().Add(e.cfg.advisoryLockWait)
+	key, err := e.lockKey(ctx, conn)
+	if err != nil {
+		put(nil)
+		return nil, nil, fmt.Errorf("reading the table's lock key: %w", err)
+	}
 	for attempt := 1; ; attempt++ {
 		locked := false
 		qctx, cancel := e.bounded(ctx)
-		err := conn.QueryRow(qctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, e.lockKey()).Scan(&locked)
+		err := conn.QueryRow(qctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, key).Scan(&locked)
 		cancel()
 		if err != nil {
 			// The answer may be lost after the server took the lock.
-			put(true)
+			put(&key)
 			return nil, nil, fmt.Errorf("taking the table's advisory lock: %w", err)
 		}
 		if locked {
-			return conn, func() { put(true) }, nil
+			// The key may have changed while this waited: a DropTable
+			// drops the lock table, a later maintainer makes a new one.
+			now, err := e.lockKey(ctx, conn)
+			if err != nil {
+				put(&key)
+				return nil, nil, fmt.Errorf("reading the table's lock key: %w", err)
+			}
+			if now == key {
+				return conn, func() { put(&key) }, nil
+			}
+			qctx, cancel := e.bounded(ctx)
+			_, err = conn.Exec(qctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, key)
+			cancel()
+			if err != nil {
+				put(&key)
+				return nil, nil, fmt.Errorf("giving back the table's old advisory lock: %w", err)
+			}
+			key = now
+			continue
 		}
 		if !time.Now().Before(deadline) {
-			put(false)
-			return nil, nil, &LockError{Op: "waiting for another maintainer of " + e.table.String(), Attempts: attempt, Err: errors.New("advisory lock held")}
+			who := e.lockHolders(ctx, conn, key)
+			put(nil)
+			return nil, nil, &LockError{Op: "waiting for another maintainer of " + e.table.String(), Attempts: attempt, Err: errors.New("advisory lock " + who)}
 		}
 		select {
 		case <-ctx.Done():
-			put(false)
+			put(nil)
 			return nil, nil, fmt.Errorf("waiting for the table's advisory lock: %w", ctx.Err())
 		case <-time.After(min(50*time.Millisecond, time.Until(deadline)+time.Millisecond)):
 		}
@@ -111,14 +146,6 @@ func (e *Engine) exec(ctx context.Context, conn *pgx.Conn, sql string) error {
 	ctx, cancel := e.bounded(ctx)
 	defer cancel()
 	return conn.PgConn().Exec(ctx, sql).Close()
-}
-
-// lockKey is the advisory lock key of the table: a hash of its qualified
-// name, the same in every process.
-func (e *Engine) lockKey() int64 {
-	h := fnv.New64a()
-	h.Write([]byte("idempotency.dev/dedup\x00" + e.table.Schema + "\x00" + e.table.Name))
-	return int64(h.Sum64())
 }
 
 // ddl runs one DDL string (simple protocol, so several statements form one
