@@ -37,7 +37,7 @@ SELECT id, grp, at,
             WHEN id >= $2 THEN '%s'
             ELSE '%s' END AS reason
   FROM (SELECT s.%s AS id, %s AS grp, %s AS at, %s AS is_v7,
-               EXISTS (SELECT 1 FROM pg_catalog.unnest($3::uuid[], $4::uuid[]) r(lo, hi) WHERE s.%s >= r.lo AND s.%s < r.hi) AS covered
+               EXISTS (SELECT 1 FROM ROWS FROM (pg_catalog.unnest($3::uuid[]), pg_catalog.unnest($4::uuid[])) r(lo, hi) WHERE s.%s >= r.lo AND s.%s < r.hi) AS covered
           FROM %s s) x`,
 		SkipNotV7, SkipTooOld, SkipTooNew, SkipInGap,
 		src.id, src.groupExpr("s", "$5::text"), src.atExpr("s"), v7("s."+src.id), src.id, src.id, src.ident())
