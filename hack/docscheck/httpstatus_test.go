@@ -77,12 +77,12 @@ func statusTable(t *testing.T) []statusRule {
 			out = outSuccess
 		case strings.Contains(outcome, "uses no attempt"):
 			out = outLater
-		case strings.Contains(outcome, "using attempts"):
-			out = outAttempt
 		case strings.Contains(outcome, "at once"):
 			out = outPermanent
 		case strings.Contains(outcome, "Unavailable"):
 			continue // connection failures: no status
+		case strings.HasPrefix(outcome, "retried"):
+			out = outAttempt
 		default:
 			t.Fatalf("status table row %q: outcome not recognised", line)
 		}
