@@ -197,6 +197,12 @@ type Config struct {
 	// broker failure (those are retried without limit, never dead-lettered);
 	// default 30s.
 	RetryBackoffMax time.Duration
+	// RetryLaterMax bounds the pauses of one event whose external handler
+	// asked to be called again later (RetryLater: an HTTP 429 or 503 with
+	// Retry-After, a 409 or 425 while its key is being processed). They use
+	// no attempt; past this total the answers count as failed attempts.
+	// Default 1m; negative: no such pause (every answer uses an attempt).
+	RetryLaterMax time.Duration
 
 	// DeadLetterTopic receives dead-lettered events; default Topic+".dlq".
 	// It must exist.
@@ -293,6 +299,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryBackoffMax == 0 {
 		c.RetryBackoffMax = DefaultRetryBackoffMax
+	}
+	if c.RetryLaterMax == 0 {
+		c.RetryLaterMax = DefaultRetryLaterMax
 	}
 	if c.DeadLetterTopic == "" && c.Topic != "" {
 		c.DeadLetterTopic = c.Topic + DeadLetterSuffix
@@ -413,6 +422,9 @@ func (c Config) Validate() error {
 	}
 	if c.RetryBackoffMax < DefaultRetryBackoff {
 		return cfgErr("RetryBackoffMax", "%v is below %v", c.RetryBackoffMax, DefaultRetryBackoff)
+	}
+	if c.RetryLaterMax > 24*time.Hour {
+		return cfgErr("RetryLaterMax", "%v is above 24h", c.RetryLaterMax)
 	}
 	for r, p := range c.Policies {
 		field := "Policies[" + string(r) + "]"

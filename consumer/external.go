@@ -131,7 +131,7 @@ const (
 
 // callExternal runs the handler for r with retries, holding a MaxInFlight
 // slot only while a call runs. Unavailable errors pause and retry without
-// using an attempt.
+// using an attempt, and so do RetryLater errors within RetryLaterMax.
 func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 	c := p.w.c
 	hctx := ContextWithEvent(ctx, &r.ev)
@@ -140,6 +140,8 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 	}
 	bo := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
 	unavail := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	later := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
+	var paused time.Duration // RetryLater pauses so far, bounded by RetryLaterMax
 	for attempt := 1; ; {
 		if !c.inFlight.acquire(ctx, r.prio) {
 			return outAbandoned
@@ -166,6 +168,26 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 				p.w.log.Warn("the handler's dependency is unavailable; pausing the event and retrying", "offset", r.ev.Offset, "eventId", r.ev.ID, "err", text)
 			}
 			if !sleep(ctx, unavail.next()) {
+				return outAbandoned
+			}
+			continue
+		}
+		if d, ok := RetryLaterAfter(err); ok && paused < c.cfg.RetryLaterMax {
+			// Asked to call again later (a Retry-After, a key still being
+			// processed): a pause that uses no attempt, within RetryLaterMax
+			// for the event. No transaction is open here.
+			if d <= 0 {
+				d = later.next()
+			}
+			d = min(d, c.cfg.RetryLaterMax-paused)
+			paused += d
+			r.errText = text
+			c.xm.retryLater.WithLabelValues(c.cfg.Topic).Inc()
+			p.w.log.Debug("handler asked to retry later; pausing without using an attempt", "offset", r.ev.Offset, "eventId", r.ev.ID, "pause", d, "err", text)
+			if paused >= c.cfg.RetryLaterMax {
+				p.w.log.Warn("the handler's answers asked to retry later for RetryLaterMax; further ones use attempts", "offset", r.ev.Offset, "eventId", r.ev.ID, "retryLaterMax", c.cfg.RetryLaterMax, "err", text)
+			}
+			if !sleep(ctx, d) {
 				return outAbandoned
 			}
 			continue

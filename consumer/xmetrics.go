@@ -9,6 +9,8 @@ type xmetrics struct {
 	waiting *prometheus.GaugeVec // topic: records queued behind an earlier record of their key
 	oldest  *prometheus.GaugeVec // topic, partition: age of the oldest unfinished record
 	records *prometheus.CounterVec
+	// retryLater counts the pauses taken on RetryLater answers (topic).
+	retryLater *prometheus.CounterVec
 }
 
 func newXMetrics(reg prometheus.Registerer) (*xmetrics, error) {
@@ -33,8 +35,12 @@ func newXMetrics(reg prometheus.Registerer) (*xmetrics, error) {
 			Namespace: MetricsNamespace, Name: "records_recorded_total",
 			Help: "Event ids recorded in the dedup table after their external handler succeeded.",
 		}, []string{"topic"}),
+		retryLater: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "handler_retry_later_total",
+			Help: "Pauses that used no attempt because an external handler was asked to call again later (HTTP Retry-After, 409/425 while the key is being processed).",
+		}, []string{"topic"}),
 	}
-	for _, c := range []prometheus.Collector{m.pending, m.calls, m.waiting, m.oldest, m.records} {
+	for _, c := range []prometheus.Collector{m.pending, m.calls, m.waiting, m.oldest, m.records, m.retryLater} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -64,6 +64,7 @@ var settings = []setting{
 	{ev.HandlerBackoffInitial, consumer.DefaultHandlerBackoff.String(), "first pause between sink attempts (doubles)"},
 	{ev.HandlerBackoffMax, consumer.DefaultHandlerBackoffMax.String(), "longest pause between sink attempts"},
 	{ev.RetryBackoffMax, consumer.DefaultRetryBackoffMax.String(), "longest pause between retries after a database or broker failure"},
+	{ev.RetryLaterMax, consumer.DefaultRetryLaterMax.String(), "http sink: the longest one event pauses, without using attempts, on answers that ask to retry later (Retry-After, 409, 425, 429); then they use attempts"},
 	{ev.ShutdownTimeout, consumer.DefaultShutdownTimeout.String(), "on SIGTERM, how long the batches in flight get to finish and commit"},
 	{ev.Ordering, "", "which records of a partition the http sink sends concurrently: Key (default: same key in offset order), Partition or Unordered; the sql sink accepts only Partition"},
 	{ev.MaxInFlight, "", "http sink: most requests in flight across all partitions (default 64)"},
@@ -82,6 +83,8 @@ var settings = []setting{
 	{ev.SinkHTTPURL, "", "http sink: URL to POST each event to"},
 	{ev.SinkHTTPTimeout, sink.DefaultHTTPTimeout.String(), "http sink: request timeout"},
 	{ev.SinkHTTPAuthorization, "", "http sink: Authorization header value (secret)"},
+	{ev.SinkHTTPRetryable, sink.DefaultRetryableStatusesText, `http sink: the answers retried rather than dead-lettered at once, as statuses and ranges ("none": every non-2xx answer is dead-lettered)`},
+	{ev.SinkHTTPIdempotencyKey, sink.DefaultIdempotencyKey, "http sink: Idempotency-Key template with {eventId} (required), {group}, {topic}; changing it on a live stream makes redeliveries look new to the provider"},
 	{ev.SinkSQLStatement, "", "sql sink: statement run per new event with $1..$8 (see docs/consumer.md)"},
 }
 
@@ -309,6 +312,7 @@ func buildProcessing(v *values, c *consumer.Config) {
 	c.HandlerBackoff = v.duration(ev.HandlerBackoffInitial)
 	c.HandlerBackoffMax = v.duration(ev.HandlerBackoffMax)
 	c.RetryBackoffMax = v.duration(ev.RetryBackoffMax)
+	c.RetryLaterMax = v.duration(ev.RetryLaterMax)
 	c.ShutdownTimeout = v.duration(ev.ShutdownTimeout)
 	if s := v.str(ev.Ordering); s != "" {
 		var err error
@@ -375,10 +379,22 @@ func buildSinkSettings(v *values, o *Options) {
 	o.Sink = strings.ToLower(v.str(ev.Sink))
 	switch o.Sink {
 	case "http":
-		o.HTTP = sink.HTTPConfig{URL: v.str(ev.SinkHTTPURL), Timeout: v.duration(ev.SinkHTTPTimeout), Authorization: v.m[ev.SinkHTTPAuthorization]}
+		o.HTTP = sink.HTTPConfig{URL: v.str(ev.SinkHTTPURL), Timeout: v.duration(ev.SinkHTTPTimeout), Authorization: v.m[ev.SinkHTTPAuthorization],
+			IdempotencyKey: v.str(ev.SinkHTTPIdempotencyKey), Group: c.Group}
+		sts := v.str(ev.SinkHTTPRetryable)
+		if strings.EqualFold(strings.TrimSpace(sts), "none") {
+			sts = ""
+		}
+		var errSts, errKey error
+		if o.HTTP.RetryableStatuses, errSts = sink.ParseStatuses(sts); errSts != nil {
+			v.fail(ev.SinkHTTPRetryable, "%v", errSts)
+		}
+		if _, errKey = sink.ParseIdempotencyKey(o.HTTP.IdempotencyKey); errKey != nil {
+			v.fail(ev.SinkHTTPIdempotencyKey, "%v", errKey)
+		}
 		if o.HTTP.URL == "" {
 			v.fail(ev.SinkHTTPURL, "must be set with sink http")
-		} else if _, err := sink.HTTP(o.HTTP); err != nil {
+		} else if _, err := sink.HTTP(o.HTTP); err != nil && errSts == nil && errKey == nil {
 			v.fail(ev.SinkHTTPURL, "%v", err)
 		}
 	case "sql":

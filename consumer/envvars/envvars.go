@@ -46,6 +46,7 @@ const (
 	HandlerBackoffInitial  = "CONSUMER_HANDLER_BACKOFF_INITIAL"
 	HandlerBackoffMax      = "CONSUMER_HANDLER_BACKOFF_MAX"
 	RetryBackoffMax        = "CONSUMER_RETRY_BACKOFF_MAX" // cap of the pause after a database/broker failure
+	RetryLaterMax          = "CONSUMER_RETRY_LATER_MAX"   // http sink: the most one event pauses on Retry-After/409/425/429
 	ShutdownTimeout        = "CONSUMER_SHUTDOWN_TIMEOUT"
 	Ordering               = "CONSUMER_ORDERING"        // Key (default for the http sink), Partition or Unordered
 	MaxInFlight            = "CONSUMER_MAX_IN_FLIGHT"   // http sink: most requests in flight; default 64
@@ -63,8 +64,10 @@ const (
 	Sink                   = "CONSUMER_SINK"         // http, sql, log or none (required)
 	SinkHTTPURL            = "CONSUMER_SINK_HTTP_URL"
 	SinkHTTPTimeout        = "CONSUMER_SINK_HTTP_TIMEOUT"
-	SinkHTTPAuthorization  = "CONSUMER_SINK_HTTP_AUTHORIZATION" // secret; sent as the Authorization header
-	SinkSQLStatement       = "CONSUMER_SINK_SQL_STATEMENT"      // run once per new event in the dedup transaction
+	SinkHTTPAuthorization  = "CONSUMER_SINK_HTTP_AUTHORIZATION"      // secret; sent as the Authorization header
+	SinkHTTPRetryable      = "CONSUMER_SINK_HTTP_RETRYABLE_STATUSES" // default "408,409,425,429,500-599"
+	SinkHTTPIdempotencyKey = "CONSUMER_SINK_HTTP_IDEMPOTENCY_KEY"    // template; default "{eventId}"
+	SinkSQLStatement       = "CONSUMER_SINK_SQL_STATEMENT"           // run once per new event in the dedup transaction
 )
 
 // Secrets are the variables whose values are credentials: the operator sets
@@ -81,10 +84,10 @@ var All = []string{
 	DatabaseURL, DatabaseURLFallback, DatabaseMaxConns, TableSchema, TableName, DedupScope,
 	BatchMaxMessages, BatchMaxWait, MaxEventBytes,
 	Envelope, IDField, TypeField, TimeField, PayloadField,
-	HandlerMaxAttempts, HandlerBackoffInitial, HandlerBackoffMax, RetryBackoffMax, ShutdownTimeout,
+	HandlerMaxAttempts, HandlerBackoffInitial, HandlerBackoffMax, RetryBackoffMax, RetryLaterMax, ShutdownTimeout,
 	Ordering, MaxInFlight,
 	PolicyNotJSON, PolicyMissingID, PolicyInvalidUUID, PolicyWrongUUIDVersion, PolicyOversized,
 	PolicyOutsideWindow, PolicyHandlerFailed,
 	ListenAddr, LogLevel, LogFormat, MemoryLimit,
-	Sink, SinkHTTPURL, SinkHTTPTimeout, SinkHTTPAuthorization, SinkSQLStatement,
+	Sink, SinkHTTPURL, SinkHTTPTimeout, SinkHTTPAuthorization, SinkHTTPRetryable, SinkHTTPIdempotencyKey, SinkSQLStatement,
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +36,17 @@ type HTTPConfig struct {
 	// runtime's default MaxInFlight. It is wrapped in
 	// consumer.IdempotencyKeyTransport.
 	Transport http.RoundTripper
+	// RetryableStatuses are the non-2xx answers retried rather than
+	// dead-lettered at once; nil means DefaultRetryableStatuses (408, 409,
+	// 425, 429 and 5xx). Drop 409 for an API that answers 409 for a real
+	// conflict rather than "a request with this key is being processed".
+	// ParseStatuses reads the "408,425,429,500-599" form.
+	RetryableStatuses []int
+	// IdempotencyKey is the template of the Idempotency-Key header; default
+	// "{eventId}" (DefaultIdempotencyKey). See IdempotencyKeyTemplate.
+	IdempotencyKey string
+	// Group is the value of {group} in IdempotencyKey: the consumer group.
+	Group string
 }
 
 // DefaultHTTPTimeout is the default request timeout.
@@ -132,18 +144,24 @@ func (e *HTTPError) Error() string {
 }
 
 // HTTP returns a handler that POSTs ev.Payload to cfg.URL with the headers
-// Idempotency-Key (the event id), Content-Type (the record's content-type
-// header, else application/json), traceparent/tracestate (the handler span's
-// when tracing is on, else the record's own, if it had them), and
-// Authorization when configured.
+// Idempotency-Key (the event id, or cfg.IdempotencyKey filled in),
+// Content-Type (the record's content-type header, else application/json),
+// traceparent/tracestate (the handler span's when tracing is on, else the
+// record's own, if it had them), and Authorization when configured.
 //
-// Outcome: 2xx is success. 408, 429 and 5xx answers, timeouts and
-// connections lost after the request was sent are retried by the runtime
-// (same Idempotency-Key), then dead-lettered. Other 4xx answers are
-// dead-lettered at once (consumer.Permanent). A connection that can't be
-// established at all (refused, no route, DNS failure) means nothing was
-// delivered: the error is consumer.Unavailable, so the runtime pauses the
-// batch and retries without dead-lettering while the endpoint is down.
+// Outcome (the table in docs/consumer.md, "Sinks"): 2xx is success. The
+// retryable statuses (cfg.RetryableStatuses, default 408, 409, 425, 429 and
+// 5xx), timeouts and connections lost after the request was sent are
+// retried by the runtime with the same Idempotency-Key. 409, 425 and 429,
+// and 503 with Retry-After, are consumer.RetryLater: an external handler
+// pauses (the Retry-After, seconds or an HTTP date, else the handler
+// backoff) without using an attempt, within Config.RetryLaterMax. The other
+// retryable answers use attempts, then the event is dead-lettered. Other
+// non-2xx answers are dead-lettered at once (consumer.Permanent). A
+// connection that can't be established at all (refused, no route, DNS
+// failure) means nothing was delivered: the error is consumer.Unavailable,
+// so the runtime pauses and retries without dead-lettering while the
+// endpoint is down.
 func HTTP(cfg HTTPConfig) (consumer.Handler, error) {
 	post, err := HTTPExternal(cfg)
 	if err != nil {
@@ -166,6 +184,17 @@ func HTTPExternal(cfg HTTPConfig) (consumer.ExternalHandler, error) {
 	}
 	if cfg.Timeout < 0 {
 		return nil, errors.New("timeout: must not be negative")
+	}
+	key, err := ParseIdempotencyKey(cfg.IdempotencyKey)
+	if err != nil {
+		return nil, err
+	}
+	retryable := DefaultRetryableStatuses
+	if cfg.RetryableStatuses != nil {
+		if err := checkStatuses(cfg.RetryableStatuses); err != nil {
+			return nil, err
+		}
+		retryable = slices.Clone(cfg.RetryableStatuses)
 	}
 	base := cfg.Transport
 	if base == nil {
@@ -198,6 +227,7 @@ func HTTPExternal(cfg HTTPConfig) (consumer.ExternalHandler, error) {
 		if cfg.Authorization != "" {
 			req.Header.Set("Authorization", cfg.Authorization)
 		}
+		req.Header.Set(consumer.IdempotencyKeyHeader, key.Key(cfg.Group, ev))
 		resp, err := client.Do(req)
 		if err != nil {
 			err = fmt.Errorf("POST %s: %w", shown, redactErr(unwrapURLError(err), secrets))
@@ -219,13 +249,114 @@ func HTTPExternal(cfg HTTPConfig) (consumer.ExternalHandler, error) {
 			body = body[:256]
 		}
 		herr := &HTTPError{StatusCode: resp.StatusCode, Body: body}
-		switch {
-		case resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
-			return herr
-		default:
-			return consumer.Permanent(herr)
-		}
+		return classify(herr, slices.Contains(retryable, resp.StatusCode), resp.Header.Get("Retry-After"), time.Now())
 	}, nil
+}
+
+// DefaultRetryableStatuses are the answers the HTTP sink retries by default:
+// 408, 409, 425, 429 and 500 to 599. Do not modify.
+var DefaultRetryableStatuses = append([]int{
+	http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests,
+}, statusRange(500, 599)...)
+
+// DefaultRetryableStatusesText is DefaultRetryableStatuses in the form
+// ParseStatuses reads.
+const DefaultRetryableStatusesText = "408,409,425,429,500-599"
+
+func statusRange(lo, hi int) []int {
+	var out []int
+	for s := lo; s <= hi; s++ {
+		out = append(out, s)
+	}
+	return out
+}
+
+// ParseStatuses reads a comma-separated list of HTTP statuses and ranges
+// ("408,425,429,500-599"), each between 400 and 599. An empty string is an
+// empty list: nothing is retried.
+func ParseStatuses(s string) ([]int, error) {
+	out := []int{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err1 := strconv.Atoi(strings.TrimSpace(lo))
+		b, err2 := a, error(nil)
+		if isRange {
+			b, err2 = strconv.Atoi(strings.TrimSpace(hi))
+		}
+		if err1 != nil || err2 != nil || b < a {
+			return nil, fmt.Errorf("retryable statuses: %q is not a status or a range such as 500-599", part)
+		}
+		for st := a; st <= b; st++ {
+			if !slices.Contains(out, st) {
+				out = append(out, st)
+			}
+		}
+	}
+	if err := checkStatuses(out); err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func checkStatuses(sts []int) error {
+	for _, st := range sts {
+		if st < 400 || st > 599 {
+			return fmt.Errorf("retryable statuses: %d is not between 400 and 599", st)
+		}
+	}
+	return nil
+}
+
+// classify turns a non-2xx answer into the runtime's error kinds.
+func classify(herr *HTTPError, retryable bool, retryAfter string, now time.Time) error {
+	st := herr.StatusCode
+	switch {
+	case !retryable:
+		return consumer.Permanent(herr)
+	case st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable:
+		if d, ok := parseRetryAfter(retryAfter, now); ok {
+			return consumer.RetryLater(herr, d)
+		}
+		if st == http.StatusTooManyRequests {
+			return consumer.RetryLater(herr, 0)
+		}
+		return herr
+	case st == http.StatusConflict || st == http.StatusTooEarly:
+		// "A request with this key is still being processed": the handler
+		// backoff, without using an attempt.
+		return consumer.RetryLater(herr, 0)
+	default:
+		return herr
+	}
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date
+// (RFC 9110 10.2.3). A date in the past is no pause; anything else is
+// ignored.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		if n > int64(24*time.Hour/time.Second) {
+			n = int64(24 * time.Hour / time.Second) // the runtime caps it far lower anyway
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(t.Sub(now), time.Millisecond), true
 }
 
 // defaultTransport is http.DefaultTransport keeping as many idle connections

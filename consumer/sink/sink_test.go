@@ -147,18 +147,20 @@ func TestHTTPStatusClassification(t *testing.T) {
 	}
 	ev := &consumer.Event{ID: uuid.Must(uuid.NewV7()), Payload: []byte(`{}`)}
 	for _, tt := range []struct {
-		status   int
-		ok, perm bool
+		status          int
+		ok, perm, later bool
 	}{
-		{200, true, false}, {201, true, false}, {204, true, false},
-		{400, false, true}, {404, false, true}, {409, false, true}, {422, false, true},
-		{408, false, false}, {429, false, false}, {500, false, false}, {503, false, false},
-		{302, false, true},
+		{200, true, false, false}, {201, true, false, false}, {204, true, false, false},
+		{400, false, true, false}, {404, false, true, false}, {422, false, true, false},
+		{409, false, false, true}, {425, false, false, true}, {429, false, false, true},
+		{408, false, false, false}, {500, false, false, false}, {503, false, false, false},
+		{302, false, true, false},
 	} {
 		status = tt.status
 		err := h(context.Background(), nil, ev)
-		if (err == nil) != tt.ok || consumer.IsPermanent(err) != tt.perm || consumer.IsUnavailable(err) {
-			t.Errorf("status %d: err %v (permanent %v), want ok=%v permanent=%v", tt.status, err, consumer.IsPermanent(err), tt.ok, tt.perm)
+		_, later := consumer.RetryLaterAfter(err)
+		if (err == nil) != tt.ok || consumer.IsPermanent(err) != tt.perm || later != tt.later || consumer.IsUnavailable(err) {
+			t.Errorf("status %d: err %v (permanent %v, retry later %v), want ok=%v permanent=%v retry later=%v", tt.status, err, consumer.IsPermanent(err), later, tt.ok, tt.perm, tt.later)
 		}
 	}
 	// Nothing listening: Unavailable, not dead-lettered. The context carries

@@ -158,16 +158,17 @@ func (h *harness) startFleets() error {
 		return err
 	}
 	if o.HTTPConsumers > 0 {
-		if h.provider, err = startProvider(o.Seed, o.HTTPDelay, o.HTTPDropShare); err != nil {
+		if h.provider, err = startProvider(o.Seed, o.HTTPDelay, o.HTTPDropShare, providerFaults{
+			SlowShare: o.HTTPSlowShare, SlowDelay: o.HTTPSlowDelay, RateShare: o.HTTPRateShare, RetryAfter: o.HTTPRetryAfter}); err != nil {
 			return err
 		}
 		h.cl.Add(h.provider.stop)
-		env := httpConsumerEnv(h.brokers, h.dbURL, h.provider.url())
+		env := httpConsumerEnv(h.brokers, h.dbURL, h.provider.url(), o.HTTPTimeout)
 		if h.httpConsumers, err = h.startFleet("http-consumer", httpGroup, env, o.HTTPConsumers); err != nil {
 			return err
 		}
-		h.step("%d HTTP consumers started (group %s, provider %s: %s per call, %.0f%% of requests applied and then dropped)",
-			o.HTTPConsumers, httpGroup, h.provider.url(), o.HTTPDelay, 100*o.HTTPDropShare)
+		h.step("%d HTTP consumers started (group %s, provider %s: %s per call, %.0f%% of requests applied and then dropped, %.1f%% taking %s past the %s timeout (409 to their retries), %.1f%% answered 429 with Retry-After %s)",
+			o.HTTPConsumers, httpGroup, h.provider.url(), o.HTTPDelay, 100*o.HTTPDropShare, 100*o.HTTPSlowShare, o.HTTPSlowDelay, o.HTTPTimeout, 100*o.HTTPRateShare, o.HTTPRetryAfter)
 	}
 	h.step("%d consumers started; producing %d messages over %s with %d kills, %d PostgreSQL and %d broker restarts",
 		o.Consumers, o.Events, o.ProduceFor, o.Kills, o.PostgresRestarts, o.BrokerRestarts)

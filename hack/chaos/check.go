@@ -80,6 +80,7 @@ func (m message) pos() position { return position{int64(m.partition), m.offset} 
 // deadLetter is one record of a dead-letter topic, read from its headers.
 type deadLetter struct {
 	reason string
+	err    string    // the dlq-error header
 	pos    position  // the original record's
 	at     time.Time // when it was dead-lettered (the record's time without the header)
 	id     uuid.UUID // the event id header's, when hasID
@@ -102,7 +103,7 @@ func readDeadLetters(ctx context.Context, brokers []string, topic string) (deadL
 		}
 		p, _ := strconv.ParseInt(h[consumer.HeaderDLQOriginalPartition], 10, 64)
 		o, _ := strconv.ParseInt(h[consumer.HeaderDLQOriginalOffset], 10, 64)
-		d := deadLetter{reason: h[consumer.HeaderDLQReason], pos: position{p, o}, at: m.Time}
+		d := deadLetter{reason: h[consumer.HeaderDLQReason], err: h[consumer.HeaderDLQError], pos: position{p, o}, at: m.Time}
 		if t, err := time.Parse(time.RFC3339Nano, h[consumer.HeaderDLQTime]); err == nil {
 			d.at = t
 		}

@@ -3,11 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idempotency-dev/operator/consumer/sink"
 )
 
 // dedupTableName is the dedup table both groups share (cmd/consumer's default).
@@ -24,6 +29,8 @@ func (r *Result) verifyHTTP(ctx context.Context, brokers []string, dbURL string,
 		return err
 	}
 	r.HTTPDLQ, r.HTTPDLQByReason = len(dl.all), dl.byReason()
+	r.ProviderSlow, r.ProviderBusy, r.ProviderLimited = p.faultCounts()
+	r.DeadLetteredRetryable = dl.retryable()
 	called := r.providerCalls(counts)
 	recorded, recordedAt, err := r.readHTTPRecords(ctx, dbURL, called)
 	if err != nil {
@@ -56,6 +63,28 @@ func (r *Result) verifyHTTP(ctx context.Context, brokers []string, dbURL string,
 	r.HTTPSnapshots = len(snapshots)
 	r.checkHTTPOffsets(snapshots, recordedAt, dl, txns)
 	return nil
+}
+
+// httpStatusInError finds the status of an HTTP sink's error text
+// ("HTTP 409", "retry after 2s: HTTP 429: ...").
+var httpStatusInError = regexp.MustCompile(`\bHTTP ([1-5][0-9][0-9])\b`)
+
+// retryable counts the dead letters whose reason was an answer the HTTP
+// sink retries (sink.DefaultRetryableStatuses): each is an event given up
+// on that the provider would have applied.
+func (dl deadLetters) retryable() int {
+	n := 0
+	for _, d := range dl.all {
+		m := httpStatusInError.FindStringSubmatch(d.err)
+		if m == nil {
+			continue
+		}
+		st, _ := strconv.Atoi(m[1])
+		if slices.Contains(sink.DefaultRetryableStatuses, st) {
+			n++
+		}
+	}
+	return n
 }
 
 // providerCalls counts the provider's requests per key and returns the valid

@@ -161,7 +161,7 @@ func (f *fleet) waitForLagZero(ctx context.Context, brokers []string, partitions
 
 // httpConsumerEnv is the HTTP group's environment: the http sink (an external
 // handler, Key ordering and 64 in flight by default) posting to the provider.
-func httpConsumerEnv(brokers []string, dbURL, providerURL string) []string {
+func httpConsumerEnv(brokers []string, dbURL, providerURL string, timeout time.Duration) []string {
 	var env []string
 	for _, kv := range consumerEnv(brokers, dbURL) {
 		switch k, _, _ := strings.Cut(kv, "="); k {
@@ -176,6 +176,7 @@ func httpConsumerEnv(brokers []string, dbURL, providerURL string) []string {
 		envvars.ClientID+"="+httpApp,
 		envvars.Sink+"=http",
 		envvars.SinkHTTPURL+"="+providerURL,
+		envvars.SinkHTTPTimeout+"="+timeout.String(),
 	)
 }
 

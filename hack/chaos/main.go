@@ -10,13 +10,15 @@
 //
 // A second consumer group runs the http sink (an external handler) against a
 // provider inside the harness that records every Idempotency-Key and sometimes
-// drops the connection after applying a request; its processes are killed too,
+// drops the connection after applying a request, answers 409 to a retry whose
+// key is still in progress and 429 with Retry-After; its processes are killed too,
 // and a monitor samples pg_stat_activity for the longest consumer transaction.
 //
 // At the end it checks the invariants, prints what it found, and a final line
 //
 //	RESULT events=... unique=... applied=... duplicates_applied=0 lost=0 aborted=... aborted_applied=0 kills=... dlq=...
-//	  ... provider_missing=0 provider_requests_per_id_max=... http_dedup_rows_per_id_max=1 max_tx_open_ms=...
+//	  ... provider_missing=0 provider_requests_per_id_max=... http_dedup_rows_per_id_max=1
+//	  provider_busy_409=... provider_429=... dead_lettered_retryable=0 max_tx_open_ms=...
 //
 // It exits non-zero on any violation and prints the seed to replay the run.
 package main
@@ -43,6 +45,11 @@ func main() {
 	flag.IntVar(&o.HTTPKills, "http-kills", o.HTTPKills, "kill -9s of http-sink consumer processes")
 	flag.DurationVar(&o.HTTPDelay, "http-delay", o.HTTPDelay, "the HTTP provider's time per call")
 	flag.Float64Var(&o.HTTPDropShare, "http-drops", o.HTTPDropShare, "share of requests the provider applies and then drops the connection of")
+	flag.Float64Var(&o.HTTPSlowShare, "http-slow", o.HTTPSlowShare, "share of requests that take -http-slow-delay, past the consumers' -http-timeout: their retry gets 409 while in progress")
+	flag.DurationVar(&o.HTTPSlowDelay, "http-slow-delay", o.HTTPSlowDelay, "how long a slow request takes")
+	flag.DurationVar(&o.HTTPTimeout, "http-timeout", o.HTTPTimeout, "the http consumers' request timeout (CONSUMER_SINK_HTTP_TIMEOUT)")
+	flag.Float64Var(&o.HTTPRateShare, "http-429", o.HTTPRateShare, "share of requests answered 429 with Retry-After")
+	flag.DurationVar(&o.HTTPRetryAfter, "http-retry-after", o.HTTPRetryAfter, "the Retry-After of the 429 answers (whole seconds)")
 	flag.IntVar(&o.Partitions, "partitions", o.Partitions, "topic partitions")
 	flag.Float64Var(&o.TxnShare, "txn-share", o.TxnShare, "share of messages written by the transactional producer")
 	flag.Float64Var(&o.AbortShare, "txn-aborts", o.AbortShare, "share of the transactions that are aborted")

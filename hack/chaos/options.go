@@ -24,6 +24,15 @@ type Options struct {
 	HTTPKills     int
 	HTTPDelay     time.Duration
 	HTTPDropShare float64
+	// HTTPSlowShare of the requests take HTTPSlowDelay, longer than the
+	// consumers' request timeout (HTTPTimeout): their retry gets 409 while
+	// the first is still in progress. HTTPRateShare are answered 429 with
+	// Retry-After HTTPRetryAfter.
+	HTTPSlowShare  float64
+	HTTPSlowDelay  time.Duration
+	HTTPTimeout    time.Duration
+	HTTPRateShare  float64
+	HTTPRetryAfter time.Duration
 	// Isolation, when set, is the consumers' CONSUMER_ISOLATION.
 	Isolation  string
 	ProduceFor time.Duration
@@ -58,6 +67,11 @@ func DefaultOptions() Options {
 		HTTPKills:        12,
 		HTTPDelay:        3 * time.Millisecond,
 		HTTPDropShare:    0.02,
+		HTTPSlowShare:    0.003,
+		HTTPSlowDelay:    2500 * time.Millisecond,
+		HTTPTimeout:      time.Second,
+		HTTPRateShare:    0.005,
+		HTTPRetryAfter:   2 * time.Second,
 		ProduceFor:       90 * time.Second,
 		ClockSpeed:       600,
 		Premake:          24,

@@ -7,6 +7,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,27 +20,48 @@ import (
 // for DropShare of the requests applies the request and then drops the
 // connection without answering, so the consumer cannot know it took effect
 // and must repeat the call with the same key.
+//
+// Like a provider following the Idempotency-Key draft, it answers 409 to a
+// request whose key is still being processed: SlowShare of the requests
+// take SlowDelay, longer than the consumers' request timeout, so the retry
+// arrives while the first is still running. And it rate-limits: RateShare of
+// the requests are answered 429 with a Retry-After (in seconds, or every
+// other time as an HTTP date) without being applied. Neither answer may end
+// in a dead letter.
 type provider struct {
 	delay     time.Duration
 	dropShare float64
+	faults    providerFaults
 	srv       *http.Server
 	ln        net.Listener
 
-	mu       sync.Mutex
-	rng      *mrand.Rand
-	counts   map[string]int
-	requests int
-	drops    int
-	noKey    int
+	mu         sync.Mutex
+	rng        *mrand.Rand
+	counts     map[string]int
+	inProgress map[string]bool
+	requests   int
+	drops      int
+	noKey      int
+	slow       int // requests that took SlowDelay
+	busy       int // 409 answers: the key was in progress
+	limited    int // 429 answers with Retry-After
 }
 
-func startProvider(seed uint64, delay time.Duration, dropShare float64) (*provider, error) {
+// providerFaults are the retryable answers the provider gives.
+type providerFaults struct {
+	SlowShare  float64
+	SlowDelay  time.Duration
+	RateShare  float64
+	RetryAfter time.Duration // whole seconds
+}
+
+func startProvider(seed uint64, delay time.Duration, dropShare float64, faults providerFaults) (*provider, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listening for the HTTP provider: %w", err)
 	}
-	p := &provider{delay: delay, dropShare: dropShare, ln: ln,
-		rng: mrand.New(mrand.NewPCG(seed, 17)), counts: map[string]int{}}
+	p := &provider{delay: delay, dropShare: dropShare, faults: faults, ln: ln,
+		rng: mrand.New(mrand.NewPCG(seed, 17)), counts: map[string]int{}, inProgress: map[string]bool{}}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
 	return p, nil
@@ -53,12 +75,44 @@ func (p *provider) stop() {
 	_ = p.srv.Shutdown(ctx)
 }
 
-// ServeHTTP applies a request (records its key) and answers 200, or drops the
-// connection after applying it.
+// ServeHTTP answers 409 while the request's key is in progress, or 429 with
+// a Retry-After; else it applies the request (records its key) and answers
+// 200, or drops the connection after applying it. A slow request goes on
+// after its caller gave up.
 func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
-	time.Sleep(p.delay)
 	p.mu.Lock()
+	if key != "" && p.inProgress[key] {
+		p.busy++
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusConflict)
+		return
+	}
+	if p.rng.Float64() < p.faults.RateShare {
+		p.limited++
+		asDate := p.limited%2 == 0
+		p.mu.Unlock()
+		secs := max(int(p.faults.RetryAfter/time.Second), 1)
+		if asDate {
+			w.Header().Set("Retry-After", time.Now().Add(time.Duration(secs+1)*time.Second).UTC().Format(http.TimeFormat))
+		} else {
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+		}
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
+	delay := p.delay
+	if p.rng.Float64() < p.faults.SlowShare {
+		p.slow++
+		delay = p.faults.SlowDelay
+	}
+	if key != "" {
+		p.inProgress[key] = true
+	}
+	p.mu.Unlock()
+	time.Sleep(delay)
+	p.mu.Lock()
+	delete(p.inProgress, key)
 	p.requests++
 	if key == "" {
 		p.noKey++
@@ -79,6 +133,14 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// faultCounts returns how many requests were slow, answered 409 and
+// answered 429.
+func (p *provider) faultCounts() (slow, busy, limited int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.slow, p.busy, p.limited
 }
 
 // snapshot returns a copy of the per-key request counts and the totals.

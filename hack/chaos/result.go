@@ -70,15 +70,21 @@ type Result struct {
 	ProviderRepeated         int // ids the provider saw more than once
 	ProviderAborted          int // ids of aborted transactions the provider saw or the HTTP group recorded
 	ProviderUnknown          int // keys the provider saw that are no valid id in the topic
-	HTTPDLQ                  int
-	HTTPDLQByReason          map[string]int
-	HTTPRecorded             int // distinct ids with a dedup row of the HTTP group
-	HTTPDedupRowsPerIDMax    int
-	HTTPRecordedNotCalled    int // dedup rows for ids the provider never saw
-	HTTPUnrecorded           int // valid ids neither recorded nor dead-lettered by the HTTP group
-	HTTPMalformedMissing     int // malformed messages absent from the HTTP group's dead-letter topic
-	HTTPSnapshots            int
-	HTTPOffsetViolations     []string // the HTTP group's offsets committed ahead of its dedup rows or dead letters
+	ProviderSlow             int // requests that took longer than the consumers' timeout
+	ProviderBusy             int // 409 answers: the key was still in progress
+	ProviderLimited          int // 429 answers with Retry-After
+	// DeadLetteredRetryable counts the HTTP group's dead letters whose
+	// error is a retryable answer (408, 409, 425, 429, 5xx): must be 0.
+	DeadLetteredRetryable int
+	HTTPDLQ               int
+	HTTPDLQByReason       map[string]int
+	HTTPRecorded          int // distinct ids with a dedup row of the HTTP group
+	HTTPDedupRowsPerIDMax int
+	HTTPRecordedNotCalled int // dedup rows for ids the provider never saw
+	HTTPUnrecorded        int // valid ids neither recorded nor dead-lettered by the HTTP group
+	HTTPMalformedMissing  int // malformed messages absent from the HTTP group's dead-letter topic
+	HTTPSnapshots         int
+	HTTPOffsetViolations  []string // the HTTP group's offsets committed ahead of its dedup rows or dead letters
 	// HTTPOffsetAheadOfOwner is the strict check: it also counts offsets
 	// committed past a cross-partition duplicate before the dedup row of its
 	// id committed (reported, not failed: see verifyHTTP).
@@ -151,6 +157,7 @@ func (r *Result) httpViolations() []string {
 		invariant{r.ProviderRequests == 0 || r.HTTPRecorded == 0,
 			fmt.Sprintf("the provider got %d requests and %d ids were recorded: nothing to check", r.ProviderRequests, r.HTTPRecorded)},
 		invariant{r.ProviderMissing != 0, fmt.Sprintf("%d ids never reached the provider", r.ProviderMissing)},
+		invariant{r.DeadLetteredRetryable != 0, fmt.Sprintf("%d events dead-lettered after a retryable answer (408, 409, 425, 429, 5xx)", r.DeadLetteredRetryable)},
 		invariant{r.HTTPDedupRowsPerIDMax > 1, fmt.Sprintf("an id has %d dedup rows", r.HTTPDedupRowsPerIDMax)},
 		invariant{r.ProviderNoKey != 0, fmt.Sprintf("%d requests without an Idempotency-Key", r.ProviderNoKey)},
 		invariant{r.ProviderAborted != 0, fmt.Sprintf("%d ids of aborted transactions called or recorded", r.ProviderAborted)},
@@ -185,13 +192,16 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintf(w, "chaos: HTTP group: %d kill -9s; provider got %d requests (%d applied then dropped, %d without a key) for %d ids, %d of them more than once; %d ids recorded; dead-lettered %d (%s); %d recorded but never called, %d neither recorded nor dead-lettered, %d aborted, %d unknown\n",
 			r.HTTPKills, r.ProviderRequests, r.ProviderDrops, r.ProviderNoKey, r.ProviderIDs, r.ProviderRepeated, r.HTTPRecorded,
 			r.HTTPDLQ, reasonList(r.HTTPDLQByReason), r.HTTPRecordedNotCalled, r.HTTPUnrecorded, r.ProviderAborted, r.ProviderUnknown)
+		fmt.Fprintf(w, "chaos: HTTP group: provider took %d requests past the timeout, answered 409 (key in progress) %d times and 429 with Retry-After %d times; %d events dead-lettered after a retryable answer\n",
+			r.ProviderSlow, r.ProviderBusy, r.ProviderLimited, r.DeadLetteredRetryable)
 		fmt.Fprintf(w, "chaos: HTTP group: %d committed-offset snapshots checked against its dedup rows and dead letters; %d malformed messages missing from its dead-letter topic\n",
 			r.HTTPSnapshots, r.HTTPMalformedMissing)
 		for _, s := range r.HTTPOffsetAheadOfOwner {
 			fmt.Fprintf(w, "chaos: HTTP group (strict, reported): %s\n", s)
 		}
-		httpPart = fmt.Sprintf(" http_kills=%d provider_missing=%d provider_requests_per_id_max=%d http_dedup_rows_per_id_max=%d http_offset_violations=%d http_offset_ahead_of_owner_record=%d",
-			r.HTTPKills, r.ProviderMissing, r.ProviderRequestsPerIDMax, r.HTTPDedupRowsPerIDMax, len(r.HTTPOffsetViolations), len(r.HTTPOffsetAheadOfOwner))
+		httpPart = fmt.Sprintf(" http_kills=%d provider_missing=%d provider_requests_per_id_max=%d http_dedup_rows_per_id_max=%d http_offset_violations=%d http_offset_ahead_of_owner_record=%d provider_busy_409=%d provider_429=%d dead_lettered_retryable=%d",
+			r.HTTPKills, r.ProviderMissing, r.ProviderRequestsPerIDMax, r.HTTPDedupRowsPerIDMax, len(r.HTTPOffsetViolations), len(r.HTTPOffsetAheadOfOwner),
+			r.ProviderBusy, r.ProviderLimited, r.DeadLetteredRetryable)
 	}
 	fmt.Fprintf(w, "RESULT events=%d unique=%d applied=%d duplicates_applied=%d lost=%d aborted=%d aborted_applied=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d%s max_tx_open_ms=%d seed=%d\n",
 		r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.AbortedMessages, r.AbortedApplied, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations),

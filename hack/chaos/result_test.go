@@ -61,6 +61,7 @@ func TestHTTPViolations(t *testing.T) {
 	clean := Result{HTTPConsumers: 1, ProviderRequests: 10, HTTPRecorded: 9, HTTPDedupRowsPerIDMax: 1, ProviderRequestsPerIDMax: 3, HTTPSnapshots: 5}
 	testViolations(t, clean, (*Result).httpViolations, []violationCase{
 		{"missing", func(r *Result) { r.ProviderMissing = 1 }, "never reached the provider"},
+		{"retryable dead-lettered", func(r *Result) { r.DeadLetteredRetryable = 2 }, "2 events dead-lettered after a retryable answer"},
 		{"two rows", func(r *Result) { r.HTTPDedupRowsPerIDMax = 2 }, "2 dedup rows"},
 		{"no key", func(r *Result) { r.ProviderNoKey = 1 }, "without an Idempotency-Key"},
 		{"aborted", func(r *Result) { r.ProviderAborted = 1 }, "aborted transactions"},
