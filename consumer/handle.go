@@ -157,6 +157,7 @@ func (w *worker) call(ctx context.Context, tx pgx.Tx, ev *Event) (err error) {
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
+	defer w.c.calls.start(ev)()
 	return w.c.handler(ctx, tx, ev)
 }
 
