@@ -103,7 +103,7 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 		}
 		if retry != nil {
 			if k := indexOf(items[done:], retry); k == 0 {
-				if !w.pause(retryWait) {
+				if !w.retryPause(retryWait) {
 					return 0, errAbandoned
 				}
 				retry = nil
@@ -285,6 +285,29 @@ func (w *worker) pause(d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// retryPause is the pause before a failed handler's next attempt, taken
+// with no transaction open. A rebalance ends it (false: the batch is given
+// up, the next owner gets it); a shutdown does not: the batch waits its
+// pause out and finishes within the grace period, unless that ends first.
+func (w *worker) retryPause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	gen := w.genCtx.Done()
+	for {
+		select {
+		case <-gen:
+			if w.runCtx.Err() == nil {
+				return false
+			}
+			gen = nil
+		case <-w.hardCtx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
 	}
 }
 

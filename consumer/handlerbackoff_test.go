@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,5 +115,63 @@ func TestHandlerBackoff_AttemptsKeptAcrossTransactions(t *testing.T) {
 	// failure and once more in their own; 4 and 5 run once.
 	if got := others.Load(); got > 2*3+2 {
 		t.Errorf("the other handlers were called %d times, want at most %d", got, 2*3+2)
+	}
+}
+
+// TestHandlerBackoff_MustFitShutdownTimeout: a pause between attempts that
+// cannot fit in the shutdown grace period is refused, with the rule in the
+// error.
+func TestHandlerBackoff_MustFitShutdownTimeout(t *testing.T) {
+	c := validConfig()
+	c.HandlerBackoffMax = 10 * time.Second
+	c.ShutdownTimeout = 10 * time.Second
+	err := c.Validate()
+	var ce *consumer.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "HandlerBackoffMax" ||
+		!strings.Contains(err.Error(), "shorter than ShutdownTimeout") || !strings.Contains(err.Error(), "fit") {
+		t.Fatalf("Validate: %v; want a HandlerBackoffMax error stating the rule", err)
+	}
+	c.ShutdownTimeout = 11 * time.Second
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a pause shorter than the shutdown timeout refused: %v", err)
+	}
+}
+
+// TestHandlerBackoff_ShutdownWaitsPauseOut: a shutdown that finds the
+// partition pausing between a handler's attempts lets the batch wait the
+// pause out and finish within ShutdownTimeout: the event takes effect and
+// the offset is committed past it, instead of the batch being abandoned.
+func TestHandlerBackoff_ShutdownWaitsPauseOut(t *testing.T) {
+	e := newEnv(t)
+	e.dumpLogsOnFailure(t)
+	id := newID(t)
+	e.kafka.Produce(t, e.topic, event(id, 0, ""))
+	var calls atomic.Int64
+	failed := make(chan struct{})
+	h := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
+		if calls.Add(1) == 1 {
+			close(failed)
+			return errors.New("not yet")
+		}
+		return e.handler(ctx, tx, ev)
+	}
+	r := e.start(e.config(func(c *consumer.Config) {
+		c.HandlerBackoff = 2 * time.Second
+		c.HandlerBackoffMax = 2 * time.Second
+		c.ShutdownTimeout = 5 * time.Second
+	}), h)
+	select {
+	case <-failed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handler was not called")
+	}
+	stopWithin(t, r, 10*time.Second)
+	assertEffectAndDedupRow(t, e, []uuid.UUID{id}, []bool{true})
+	co, err := e.committed(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co[0] != 1 {
+		t.Errorf("committed offset %d, want 1", co[0])
 	}
 }
