@@ -31,3 +31,21 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { b.cur = 0 }
+
+// backoffAt is the pause before attempt n+1 after n failed attempts: the
+// same exponential with full jitter as backoff, computed from the attempt
+// count, so that it carries over to a new transaction (handle.go).
+func backoffAt(initial, max time.Duration, n int) time.Duration {
+	cur := initial
+	for i := 1; i < n && cur < max; i++ {
+		cur *= 2
+	}
+	if cur > max {
+		cur = max
+	}
+	if cur <= 0 {
+		return 0
+	}
+	half := cur / 2
+	return half + rand.N(half+1)
+}

@@ -91,10 +91,25 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 	// split bounds the records per transaction for the rest of this batch
 	// after the server refused a COMMIT (0: no bound); see commitRefused.
 	split := 0
+	// retry is the event whose handler failed and is to be called again
+	// after the pause retryWait, taken with no transaction open once the
+	// events before it are committed (see retryError).
+	var retry *item
+	var retryWait time.Duration
 	for done := 0; done < len(items); {
 		n := w.guard.size(len(items) - done)
 		if split > 0 && split < n {
 			n = split
+		}
+		if retry != nil {
+			if k := indexOf(items[done:], retry); k == 0 {
+				if !w.retryPause(retryWait) {
+					return 0, errAbandoned
+				}
+				retry = nil
+			} else if k > 0 && k < n {
+				n = k
+			}
 		}
 		part := items[done : done+n]
 		start := time.Now()
@@ -107,6 +122,13 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 			done += len(part)
 			redos = 0
 			bo.reset()
+			continue
+		}
+		var rt *retryError
+		if errors.As(err, &rt) {
+			// Rolled back (transact ended the transaction): pause before
+			// the failed event, committing the ones before it first.
+			retry, retryWait = rt.it, rt.wait
 			continue
 		}
 		var re *redoError
@@ -148,6 +170,16 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 	}
 	w.count(items)
 	return next, nil
+}
+
+// indexOf returns the index of it in items, or -1.
+func indexOf(items []item, it *item) int {
+	for i := range items {
+		if &items[i] == it {
+			return i
+		}
+	}
+	return -1
 }
 
 // partCommitted records a part's committed transaction: metrics, health,
@@ -256,6 +288,29 @@ func (w *worker) pause(d time.Duration) bool {
 	}
 }
 
+// retryPause is the pause before a failed handler's next attempt, taken
+// with no transaction open. A rebalance ends it (false: the batch is given
+// up, the next owner gets it); a shutdown does not: the batch waits its
+// pause out and finishes within the grace period, unless that ends first.
+func (w *worker) retryPause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	gen := w.genCtx.Done()
+	for {
+		select {
+		case <-gen:
+			if w.runCtx.Err() == nil {
+				return false
+			}
+			gen = nil
+		case <-w.hardCtx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+}
+
 func (w *worker) decode(it *item, m kafka.Message) {
 	c := w.c
 	it.msg = m
@@ -301,7 +356,9 @@ func (w *worker) transact(items []item) error {
 		if !it.decoded {
 			continue
 		}
-		it.state, it.reason, it.policy, it.errText, it.attempts = stPending, "", "", "", 0
+		// attempts carries over: an event's failed attempts count across
+		// the transactions of its batch (see retryError).
+		it.state, it.reason, it.policy, it.errText = stPending, "", "", ""
 		it.ev.Deduplicated = true
 		ids = append(ids, it.ev.ID)
 		pos = append(pos, i)

@@ -189,8 +189,12 @@ type Config struct {
 	// event before the event gets ReasonHandlerFailed; default 5.
 	HandlerMaxAttempts int
 	// HandlerBackoff and HandlerBackoffMax bound the exponential pause between
-	// handler attempts; defaults 100ms and 2s. The batch's transaction stays
-	// open meanwhile, so keep them short.
+	// handler attempts; defaults 100ms and 2s. A transactional handler's
+	// pause is taken with no transaction open: the batch's transaction is
+	// rolled back, the events before the failed one commit, and the failed
+	// event is tried again in a new transaction after the pause, its attempts
+	// counted across them. HandlerBackoffMax must be shorter than
+	// ShutdownTimeout, within which a shutdown waits a pause out.
 	HandlerBackoff    time.Duration
 	HandlerBackoffMax time.Duration
 	// RetryBackoffMax caps the pause between attempts after a database or
@@ -443,6 +447,13 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		return cfgErr("ShutdownTimeout", "must not be negative")
+	}
+	if c.HandlerBackoffMax >= c.ShutdownTimeout {
+		// The pauses between attempts are taken with no transaction open
+		// (handle.go); at shutdown a batch waits out its pause and finishes
+		// within ShutdownTimeout. A longer pause can never fit.
+		return cfgErr("HandlerBackoffMax", "%v must be shorter than ShutdownTimeout %v: a pause between a handler's attempts must fit in the shutdown grace period, in which the batch in flight waits it out and finishes (else it is abandoned and its event starts its attempts over at the next start)",
+			c.HandlerBackoffMax, c.ShutdownTimeout)
 	}
 	if c.Gatherer != nil && c.Registerer == nil {
 		return cfgErr("Gatherer", "set without Registerer")

@@ -42,6 +42,8 @@ type Consumer struct {
 	mem *memBudget
 	// tracing starts the batch and handler spans (tracing.go).
 	tracing *tracing
+	// calls are the handler calls running (inflight.go).
+	calls *handlerCalls
 
 	mu      sync.Mutex
 	pool    *pgxpool.Pool
@@ -82,7 +84,7 @@ func newConsumer(cfg Config, h Handler) (*Consumer, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	c := &Consumer{cfg: cfg, handler: h}
+	c := &Consumer{cfg: cfg, handler: h, calls: newHandlerCalls()}
 	if p := dsnPassword(cfg.DatabaseURL); p != "" {
 		c.secrets = append(c.secrets, p)
 	}
@@ -171,6 +173,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer stopRun(nil)
 	hardCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
 	defer hardStop()
+	// overdue is closed shutdownSlack after the shutdown timeout: Run then
+	// stops waiting for partition workers whose handlers do not return.
+	overdue, runDone := make(chan struct{}), make(chan struct{})
+	defer close(runDone)
 	go func() {
 		select {
 		case <-runCtx.Done():
@@ -185,6 +191,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.log.Warn("shutdown timeout: abandoning batches in flight", "timeout", c.cfg.ShutdownTimeout)
 			hardStop()
 		case <-hardCtx.Done():
+			return
+		}
+		t.Reset(shutdownSlack)
+		select {
+		case <-t.C:
+			close(overdue)
+		case <-runDone:
 		}
 	}()
 
@@ -195,7 +208,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.open(hardCtx); err != nil {
 		return err
 	}
-	defer c.close()
+	abandoned := false
+	defer func() {
+		if abandoned {
+			c.closeAbandoned()
+			return
+		}
+		c.close()
+	}()
 
 	if ok, err := c.setup(runCtx); err != nil {
 		return err
@@ -270,7 +290,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 			gen.Start(w.run)
 		}
 	}
-	<-closed
+	select {
+	case <-closed:
+	case <-overdue:
+		// Handlers that ignore their context keep their partition workers,
+		// and so the group's Close, from returning: give them up. Whatever
+		// they do when they return is rolled back (their context is done),
+		// and the member leaves the group by its session timeout.
+		abandoned = true
+		n := c.calls.abandon(c.log)
+		c.log.Warn("shutdown: stopped waiting for partition workers after the shutdown timeout; nothing they hold is recorded or committed",
+			"handlerCalls", n, "timeout", c.cfg.ShutdownTimeout)
+	}
 	c.health.setJoined(false)
 	c.log.Info("consumer stopped")
 	return c.result(runCtx)
@@ -329,6 +360,21 @@ func (c *Consumer) close() {
 	}
 	if pool != nil && c.cfg.Pool == nil {
 		pool.Close()
+	}
+}
+
+// closeAbandoned is close when partition workers may still run (a handler
+// that never returned): their database and dead-letter calls fail from now
+// on, and the pool closes once they give back their connections.
+func (c *Consumer) closeAbandoned() {
+	c.mu.Lock()
+	pool, dlq := c.pool, c.dlq
+	c.mu.Unlock()
+	if dlq != nil {
+		_ = dlq.Close()
+	}
+	if pool != nil && c.cfg.Pool == nil {
+		go pool.Close() // waits for the connections in use
 	}
 }
 

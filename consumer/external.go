@@ -151,6 +151,11 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 		err := p.tracedInvoke(hctx, r)
 		c.inFlight.release(time.Since(began))
 		c.xm.calls.WithLabelValues(c.cfg.Topic).Dec()
+		if p.w.hardCtx.Err() != nil {
+			// Returned after the shutdown timeout: Run gave the call up
+			// (inflight.go), and nothing of it is recorded.
+			return outAbandoned
+		}
 		if err == nil {
 			if c.health.ok(compHandler) > 0 {
 				p.w.log.Info("the handler's dependency is available again")
@@ -212,5 +217,6 @@ func (p *xpart) invoke(ctx context.Context, ev *Event) (err error) {
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
+	defer p.w.c.calls.start(ev)()
 	return p.w.c.external(ctx, ev)
 }

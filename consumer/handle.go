@@ -23,6 +23,11 @@ import (
 // in safe mode; a lost connection is the database's failure. A handler
 // that ended the transaction, or left a query result open on its
 // connection, is poisoned and the transaction redone without it.
+//
+// A failed attempt that is to be retried after a pause ends the
+// transaction (a *retryError): the pause is taken with no transaction open,
+// and the attempt count lives in the item, so it carries over to the next
+// transaction. Only a zero pause (HandlerBackoff 0) retries in place.
 func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoints) error {
 	c := w.c
 	if it.poison != "" {
@@ -37,8 +42,8 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 		hctx = ContextWithTrace(hctx, it.trace)
 	}
 	pc := tx.Conn().PgConn()
-	bo := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
-	for attempt := 1; ; attempt++ {
+	for {
+		attempt := it.attempts + 1
 		err := w.tracedCall(hctx, et, it)
 		if ctx.Err() != nil {
 			return errAbandoned
@@ -119,9 +124,13 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 		if IsPermanent(err) || attempt >= c.cfg.HandlerMaxAttempts {
 			return w.handlerFailed(ctx, tx, it)
 		}
-		w.log.Debug("handler failed; retrying", "offset", it.ev.Offset, "eventId", it.ev.ID, "attempt", attempt, "err", it.errText)
-		if !w.pause(bo.next()) {
-			return errAbandoned
+		d := backoffAt(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax, attempt)
+		w.log.Debug("handler failed; retrying", "offset", it.ev.Offset, "eventId", it.ev.ID, "attempt", attempt, "pause", d, "err", it.errText)
+		if d > 0 {
+			// Never wait with the transaction open: the server may end
+			// an idle one (idle_in_transaction_session_timeout), and it
+			// holds its locks and a connection meanwhile.
+			return &retryError{it: it, wait: d}
 		}
 	}
 }
@@ -148,6 +157,7 @@ func (w *worker) call(ctx context.Context, tx pgx.Tx, ev *Event) (err error) {
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
+	defer w.c.calls.start(ev)()
 	return w.c.handler(ctx, tx, ev)
 }
 

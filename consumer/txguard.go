@@ -2,7 +2,9 @@ package consumer
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -76,6 +78,19 @@ type redoError struct {
 
 func (e *redoError) Error() string { return "transaction to be redone: " + e.err.Error() }
 func (e *redoError) Unwrap() error { return e.err }
+
+// retryError asks process to roll the transaction back, pause wait with no
+// transaction open, and run it again from the failed event it: the events
+// before it commit first, in a transaction of their own (without a pause),
+// so that each pause costs them one more run at most, not one per attempt.
+type retryError struct {
+	it   *item
+	wait time.Duration
+}
+
+func (e *retryError) Error() string {
+	return fmt.Sprintf("handler failed (attempt %d); retrying after %v", e.it.attempts, e.wait)
+}
 
 // commitError is a failed COMMIT of the batch transaction.
 type commitError struct{ err error }

@@ -56,6 +56,7 @@ func TestConfigValidate(t *testing.T) {
 		{"Envelope", func(c *consumer.Config) { c.Envelope.Mode = "avro" }},
 		{"HandlerMaxAttempts", func(c *consumer.Config) { c.HandlerMaxAttempts = 1000 }},
 		{"HandlerBackoffMax", func(c *consumer.Config) { c.HandlerBackoff = time.Second; c.HandlerBackoffMax = time.Millisecond }},
+		{"HandlerBackoffMax", func(c *consumer.Config) { c.HandlerBackoffMax = time.Minute; c.ShutdownTimeout = 30 * time.Second }},
 		{"Policies[not_json]", func(c *consumer.Config) {
 			c.Policies = map[consumer.Reason]consumer.Policy{consumer.ReasonNotJSON: consumer.PolicyProcess}
 		}},
