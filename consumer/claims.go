@@ -31,18 +31,27 @@ import (
 // waits off its lane: it is the owner's event, ordered with the owner, and
 // does not hold up the later records of its own key.
 //
-// If the owner fails (dead letter) or is given up (rebalance, shutdown), the
-// follower calls the handler itself, taking the id over if no other record
-// has registered it since; a follower waiting off its lane then calls off
-// it, after later records of its key may have been called (a replay of the
-// owner's event, with the same id).
+// If the owner fails (dead letter) or is given up (rebalance, shutdown), its
+// followers settle the id among themselves (takeOver): the first takes it
+// over and becomes the owner of a new claim, which the failed one points to
+// (next); every other follower then follows that claim, and so on down the
+// chain, so that a copy never calls after another copy's call succeeded. A
+// follower that takes the id over looks it up again before calling: a copy
+// that took it over earlier may have succeeded and been recorded since, its
+// claim released. A follower waiting off its lane calls off it, after later
+// records of its key may have been called (a replay of the owner's event,
+// with the same id).
 //
 // Registration happens in one total order that is consistent with each
 // partition's offset order, and a record only ever waits on records
-// registered before it (its owner, or records ahead of it in its lane), so
-// waits cannot form a cycle; a follower that takes an id over after its
-// owner failed waits on nobody new. A follower holds no MaxInFlight slot
-// while it waits.
+// registered before it (its owner, or records ahead of it in its lane) or on
+// an owner that has begun (begin): one that calls, or took the id over, and
+// waits on no record. So waits cannot form a cycle. When a follower would
+// take an id over that a record registered after it owns and that has not
+// begun (its owner failed and was released meanwhile), the follower takes
+// the id over from it instead (supersedes it): that owner follows the
+// follower's claim when its turn comes, and its own followers move on with
+// it. A follower holds no MaxInFlight slot while it waits.
 type claims struct {
 	mu sync.Mutex
 	m  map[uuid.UUID]*claim
@@ -58,6 +67,15 @@ type claim struct {
 	// Under claims.mu; read by followers after call or done is closed.
 	called, resolved bool
 	callOK, ok       bool
+	// begun: the owner calls (or took the id over) and waits on no record.
+	// next: the claim that took the id over after this one failed or was
+	// given up, or that superseded it.
+	begun bool
+	next  *claim
+}
+
+func newClaim(r *xrec, p *xpart) *claim {
+	return &claim{owner: r, part: p, call: make(chan struct{}), done: make(chan struct{})}
 }
 
 func newClaims() *claims { return &claims{m: map[uuid.UUID]*claim{}} }
@@ -70,23 +88,49 @@ func (cl *claims) register(id uuid.UUID, r *xrec, p *xpart) (c *claim, owner boo
 	if c, ok := cl.m[id]; ok {
 		return c, false
 	}
-	c = &claim{owner: r, part: p, call: make(chan struct{}), done: make(chan struct{})}
+	c = newClaim(r, p)
 	cl.m[id] = c
 	return c, true
 }
 
-// takeOver makes r the owner of id after the owner it followed failed, if no
-// other record registered id since; otherwise r owns nothing (nil) and calls
-// without waiting on anyone new.
-func (cl *claims) takeOver(id uuid.UUID, r *xrec, p *xpart) *claim {
+// begin marks c's owner as calling, before its call; if a follower
+// superseded c meanwhile (see claims), the owner owns nothing and is to
+// follow the claim it returns.
+func (cl *claims) begin(c *claim) (next *claim) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if _, ok := cl.m[id]; ok {
-		return nil
+	if c.next != nil {
+		return c.next
 	}
-	c := &claim{owner: r, part: p, call: make(chan struct{}), done: make(chan struct{})}
+	c.begun = true
+	return nil
+}
+
+// takeOver settles id for r, which followed old (of id) and found it failed
+// or given up: r follows the claim that took old over, or the id's current
+// claim if its owner has begun; otherwise r owns a new claim, begun, and
+// must look the id up again before calling (see claims).
+func (cl *claims) takeOver(id uuid.UUID, r *xrec, p *xpart, old *claim) (c *claim, owner bool) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if old.next != nil {
+		return old.next, false
+	}
+	cur := cl.m[id]
+	if cur != nil && cur != old && (cur.begun || cur.called || cur.resolved) {
+		old.next = cur
+		return cur, false
+	}
+	c = newClaim(r, p)
+	c.begun = true
 	cl.m[id] = c
-	return c
+	old.next = c
+	if cur != nil && cur != old {
+		// Its owner, registered after r, has not begun: r supersedes it.
+		cur.next = c
+		cl.resolveLocked(id, cur, false)
+	}
+	return c, true
 }
 
 // called records the outcome of the owner's call. A failed call gives the id

@@ -118,7 +118,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"topic"}),
 		lostToRetention: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: MetricsNamespace, Name: "records_lost_to_retention_total",
-			Help: "Records between the database's position and the start of the log when a partition went back to the database's position: deleted by the topic's retention before their effects were durable, so never processed.",
+			Help: "Records between a partition's position (Kafka's committed offset or the database's) and the start of its log when the partition started or went back to the database's position: deleted by the topic's retention before their effects were durable, so never processed.",
 		}, []string{"topic"}),
 		durabilityRisk: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: MetricsNamespace, Name: "database_durability_risk",

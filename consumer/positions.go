@@ -101,17 +101,21 @@ func (w *worker) start() (int64, bool) {
 }
 
 // resolveStart is one attempt of start; commit says the start offset must be
-// committed to Kafka before processing (the group had none).
+// committed to Kafka before processing (the group had none). Every start
+// resolves the log's bounds: a start before the log start (a consumer down
+// longer than the topic's retention) would make the reader jump to it
+// silently, so the records in between are counted and logged as lost
+// (clampToLog) and the start moved there explicitly.
 func (w *worker) resolveStart() (start int64, commit bool, err error) {
 	c := w.c
 	ctx, cancel := context.WithTimeout(w.genCtx, 30*time.Second)
 	defer cancel()
+	first, end, err := w.logBounds(ctx)
+	if err != nil {
+		return 0, false, err
+	}
 	start = w.offset
-	var first, end int64 = -1, -1
 	if start < 0 { // kafka.FirstOffset or kafka.LastOffset: no committed offset
-		if first, end, err = w.logBounds(ctx); err != nil {
-			return 0, false, err
-		}
 		commit = true
 		if start == kafka.LastOffset {
 			start = end
@@ -122,7 +126,7 @@ func (w *worker) resolveStart() (start int64, commit bool, err error) {
 	}
 	w.dbPos = noPosition
 	if c.hooks.disableDedup {
-		return start, commit, nil
+		return w.clampToLog(start, first, posCommitted), commit, nil
 	}
 	db, ok, err := c.positions.Read(ctx, c.pool, c.cfg.Topic, w.partition)
 	if err != nil {
@@ -130,6 +134,7 @@ func (w *worker) resolveStart() (start int64, commit bool, err error) {
 	}
 	switch {
 	case !ok:
+		start = w.clampToLog(start, first, posCommitted)
 		// Record where this assignment starts, so that a failover that
 		// loses this partition's first batches finds it and goes back.
 		if _, _, err := c.positions.Record(ctx, c.pool, c.cfg.Topic, w.partition, start); err != nil {
@@ -138,34 +143,43 @@ func (w *worker) resolveStart() (start int64, commit bool, err error) {
 		w.dbPos = start
 	case db < start:
 		w.dbPos = db
-		if first < 0 {
-			if first, _, err = w.logBounds(ctx); err != nil {
-				return 0, false, err
-			}
-		}
 		c.metrics.rewinds.WithLabelValues(c.cfg.Topic).Inc()
 		w.log.Warn("the database's position is behind the committed offset: starting from the database's (it lost committed batches, e.g. in a failover to an asynchronous standby; the dedup rows absorb what survived)",
 			"committedOffset", start, "databasePosition", db)
-		start = w.clampToLog(db, first)
+		start = w.clampToLog(db, first, posDatabase)
 	default:
 		// The database may be ahead: a crash between the transaction and
 		// the offset commit, or offsets reset in Kafka to replay. Kafka's
-		// offset is then the safe one.
+		// offset is then the safe one. The records up to the database's
+		// position took effect: only those after it can be lost.
 		w.dbPos = db
+		if start < first {
+			w.clampToLog(db, first, posDatabase)
+			start = first
+		}
 	}
 	return start, commit, nil
 }
 
+// Which position clampToLog was given, for its log line.
+const (
+	posCommitted = "committedOffset"
+	posDatabase  = "databasePosition"
+)
+
 // clampToLog returns off, or the log start when off is before it: the records
 // in between were deleted by the topic's retention before their effects were
-// durable in the database, and nothing can redeliver them.
-func (w *worker) clampToLog(off, first int64) int64 {
+// durable in the database, and nothing can redeliver them. They are counted
+// in records_lost_to_retention_total and logged as an error (the alert
+// IdempotencyRecordsLostToRetention fires on the counter). The logger
+// names the topic and the partition.
+func (w *worker) clampToLog(off, first int64, what string) int64 {
 	if off >= first {
 		return off
 	}
 	w.c.metrics.lostToRetention.WithLabelValues(w.c.cfg.Topic).Add(float64(first - off))
-	w.log.Error("records lost: the database's position is before the start of the log; the records in between were deleted by the topic's retention before their effects were durable",
-		"databasePosition", off, "logStart", first, "records", first-off)
+	w.log.Error("records lost: the partition's position is before the start of the log; the records in between were deleted by the topic's retention before their effects were durable, and are never processed",
+		"position", off, "positionOf", what, "logStart", first, "records", first-off)
 	return first
 }
 
@@ -226,7 +240,7 @@ func (w *worker) rewind(rw *rewindError) bool {
 	c.metrics.rewinds.WithLabelValues(c.cfg.Topic).Inc()
 	w.log.Warn("the database's position is behind this worker's: it lost committed batches (e.g. a failover to an asynchronous standby); reprocessing from the database's position",
 		"databasePosition", rw.to, "recorded", w.dbPos, "rowFound", rw.found)
-	to := w.clampToLog(rw.to, first)
+	to := w.clampToLog(rw.to, first, posDatabase)
 	if err := w.reader.SetOffset(to); err != nil {
 		w.log.Error("rewinding the reader", "offset", to, "err", err)
 		return false

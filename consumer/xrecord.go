@@ -1,5 +1,7 @@
 package consumer
 
+import "github.com/google/uuid"
+
 // ready queues r in its lane, or starts it; a copy of an id whose first
 // record is in another lane waits off its lane (claims).
 func (p *xpart) ready(r *xrec) {
@@ -61,38 +63,61 @@ func (p *xpart) awaitFirst(r *xrec) callOutcome {
 
 // callOffLane calls for r, a copy that waited off its lane for a first
 // record that failed or was given up (claims).
-func (p *xpart) callOffLane(r *xrec) callOutcome {
-	r.claim = p.c.claims.takeOver(r.ev.ID, r, p)
-	r.owner = r.claim != nil
-	out := p.callExternal(p.callCtx, r)
-	if r.claim != nil {
-		p.c.claims.called(r.ev.ID, r.claim, out == outSucceeded)
-	}
-	return out
-}
+func (p *xpart) callOffLane(r *xrec) callOutcome { return p.settle(r, true) }
 
 // runRecord waits for the first record of r's id when r follows one (claims),
 // then calls.
-func (p *xpart) runRecord(r *xrec) callOutcome {
-	ctx := p.callCtx
-	if r.claim != nil && !r.owner {
-		switch p.c.claims.follow(ctx, r.claim, p) {
+func (p *xpart) runRecord(r *xrec) callOutcome { return p.settle(r, false) }
+
+// settle calls for r once r owns its id, following the claims of its id
+// until one settles it (claims); failed says r followed r.claim and found it
+// failed or given up.
+func (p *xpart) settle(r *xrec, failed bool) callOutcome {
+	ctx, cl, id := p.callCtx, p.c.claims, r.ev.ID
+	if r.claim == nil {
+		return p.callExternal(ctx, r) // not deduplicated
+	}
+	tookOver := false
+	for {
+		if failed {
+			r.claim, r.owner = cl.takeOver(id, r, p, r.claim)
+			tookOver, failed = r.owner, false
+			if !r.owner && r.claim.part != p {
+				r.claim.want() // rare: no need to wait for BatchWait
+			}
+		}
+		if r.owner {
+			next := cl.begin(r.claim)
+			if next == nil {
+				break
+			}
+			r.claim, r.owner = next, false // superseded (claims)
+		}
+		switch cl.follow(ctx, r.claim, p) {
 		case followDuplicate:
 			return outDuplicate
 		case followAbandoned:
 			return outAbandoned
 		}
-		// The first record failed or was given up: r calls, owning the id
-		// unless yet another record registered it meanwhile.
-		r.claim = p.c.claims.takeOver(r.ev.ID, r, p)
-		r.owner = r.claim != nil
+		failed = true
+	}
+	if tookOver {
+		// A copy that took the id over before may have succeeded and been
+		// recorded since, its claim released.
+		recorded, _, err := p.lookup([]uuid.UUID{id})
+		if err != nil {
+			cl.called(id, r.claim, false)
+			return outAbandoned
+		}
+		if recorded[0] {
+			cl.resolve(id, r.claim, true)
+			return outDuplicate
+		}
 	}
 	out := p.callExternal(ctx, r)
-	if r.claim != nil {
-		// Followers in this partition settle on the call's outcome; others
-		// wait for the dedup row (recorder.go) or the failure.
-		p.c.claims.called(r.ev.ID, r.claim, out == outSucceeded)
-	}
+	// Followers in this partition settle on the call's outcome; others
+	// wait for the dedup row (recorder.go) or the failure.
+	cl.called(id, r.claim, out == outSucceeded)
 	return out
 }
 
