@@ -397,7 +397,7 @@ func (c Config) Validate() error {
 	if c.Pool == nil {
 		if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
 			// pgx's parse errors can quote the whole string, password included.
-			return cfgErr("DatabaseURL", "cannot be parsed (%s)", redactText(errorText(err), dsnPassword(c.DatabaseURL), c.DatabaseURL))
+			return cfgErr("DatabaseURL", "cannot be parsed (%s)", redactText(errorText(err), append(DSNSecrets(c.DatabaseURL), c.DatabaseURL)...))
 		}
 	}
 	if c.DatabaseMaxConns < 1 {

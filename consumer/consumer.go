@@ -85,9 +85,7 @@ func newConsumer(cfg Config, h Handler) (*Consumer, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Consumer{cfg: cfg, handler: h, calls: newHandlerCalls()}
-	if p := dsnPassword(cfg.DatabaseURL); p != "" {
-		c.secrets = append(c.secrets, p)
-	}
+	c.secrets = append(c.secrets, DSNSecrets(cfg.DatabaseURL)...)
 	if cfg.SASL.Password != "" {
 		c.secrets = append(c.secrets, cfg.SASL.Password)
 	}

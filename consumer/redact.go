@@ -12,13 +12,29 @@ import (
 
 const redacted = "xxxxx"
 
-// kvPassword matches password=... in a key=value DSN, quoted or not.
+// kvPassword matches password=... and sslpassword=... (the client key's
+// passphrase) in a key=value DSN, quoted or not.
 var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)`)
 
+// secretParam reports whether a URL query parameter carries a secret:
+// password and sslpassword, whatever their case (libpq's names are
+// lower case; an upper-case one is masked all the same).
+func secretParam(key string) bool {
+	return strings.HasSuffix(strings.ToLower(key), "password")
+}
+
+// isURL reports whether a connection string is in the URL form.
+func isURL(dsn string) bool {
+	l := strings.ToLower(dsn)
+	return strings.HasPrefix(l, "postgres://") || strings.HasPrefix(l, "postgresql://")
+}
+
 // RedactDSN returns a PostgreSQL connection string (URL or key=value form)
-// with its password replaced, fit for logs and error messages.
+// with every secret in it replaced, fit for logs and error messages: the
+// URL's password, its password and sslpassword query parameters, and the
+// password and sslpassword of a key=value string.
 func RedactDSN(dsn string) string {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+	if isURL(dsn) {
 		u, err := url.Parse(dsn)
 		if err != nil {
 			// An unparsable URL may still hold a password: keep only the scheme.
@@ -27,9 +43,19 @@ func RedactDSN(dsn string) string {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), redacted)
 		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", redacted)
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			u.RawQuery = redacted // a query that does not parse may hold one too
+			return u.String()
+		}
+		masked := false
+		for k := range q {
+			if secretParam(k) {
+				q[k] = []string{redacted}
+				masked = true
+			}
+		}
+		if masked {
 			u.RawQuery = q.Encode()
 		}
 		return u.String()
@@ -37,23 +63,42 @@ func RedactDSN(dsn string) string {
 	return kvPassword.ReplaceAllString(dsn, "${1}"+redacted)
 }
 
-// dsnPassword extracts the password of a connection string, if any.
-func dsnPassword(dsn string) string {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+// DSNSecrets lists the secret values of a connection string (URL or
+// key=value form): its password and the client key's passphrase
+// (sslpassword), for a redacting logger and for scrubbing messages.
+func DSNSecrets(dsn string) []string {
+	var out []string
+	add := func(v string) {
+		if v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	if isURL(dsn) {
 		u, err := url.Parse(dsn)
 		if err != nil {
-			return ""
+			return nil
 		}
 		if p, ok := u.User.Password(); ok {
-			return p
+			add(p)
 		}
-		return u.Query().Get("password")
+		q, _ := url.ParseQuery(u.RawQuery)
+		for k, vs := range q {
+			if secretParam(k) {
+				for _, v := range vs {
+					add(v)
+				}
+			}
+		}
+		return out
 	}
-	m := kvPassword.FindStringSubmatch(dsn)
-	if m == nil {
-		return ""
+	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
+		v := m[2]
+		if len(v) >= 2 && strings.HasPrefix(v, "'") && strings.HasSuffix(v, "'") {
+			v = strings.NewReplacer(`\\`, `\`, `\'`, `'`).Replace(v[1 : len(v)-1])
+		}
+		add(v)
 	}
-	return strings.Trim(m[2], "'")
+	return out
 }
 
 // Redact replaces every occurrence of each secret (and of its URL-escaped

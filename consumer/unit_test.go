@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,35 @@ func TestRedactDSN(t *testing.T) {
 	} {
 		if got := consumer.RedactDSN(in); got != want {
 			t.Errorf("RedactDSN(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestRedactDSN_EverySecretParameter masks every parameter that carries a
+// secret, in every form a connection string takes: the URL's userinfo, its
+// query (password, sslpassword: the client key's passphrase) and key=value.
+// Before, a URL's sslpassword= query value reached the consumer's start log.
+func TestRedactDSN_EverySecretParameter(t *testing.T) {
+	const pw, keyPass = "s3cretPW", "k3yPASS"
+	for _, dsn := range []string{
+		"postgres://app@db/app?sslmode=verify-full&sslcert=/c.pem&sslkey=/k.pem&sslpassword=" + keyPass,
+		"postgres://app:" + pw + "@db/app?sslpassword=" + keyPass,
+		"postgresql://app@db/app?password=" + pw + "&sslpassword=" + keyPass,
+		"postgres://app@db/app?SSLPassword=" + keyPass,
+		"postgres://app@db/app?%73slpassword=" + keyPass,
+		"host=db user=app password=" + pw + " sslpassword=" + keyPass + " dbname=app",
+		"host=db sslpassword='" + keyPass + " x' password = '" + pw + "'",
+	} {
+		got := consumer.RedactDSN(dsn)
+		if strings.Contains(got, pw) || strings.Contains(got, keyPass) {
+			t.Errorf("RedactDSN(%q) = %q: a secret is still there", dsn, got)
+		}
+		if !strings.Contains(got, "xxxxx") {
+			t.Errorf("RedactDSN(%q) = %q: no redaction marker", dsn, got)
+		}
+		secrets := consumer.DSNSecrets(dsn)
+		if !slices.Contains(secrets, keyPass) && !slices.Contains(secrets, keyPass+" x") {
+			t.Errorf("DSNSecrets(%q) = %q: the sslpassword is missing", dsn, secrets)
 		}
 	}
 }

@@ -178,11 +178,15 @@ func (r *IdempotentConsumerReconciler) ensureTable(ctx, dctx context.Context, s 
 	return nil
 }
 
-// databaseConn adds the CA of spec.database.caSecretRef, if any, to the
-// database URL. A missing Secret or key, or a value without a PEM
-// certificate, is a problem for status.
+// databaseConn refuses a database host off the allow-list, and adds the CA
+// of spec.database.caSecretRef, if any, to the database URL. A host not
+// allowed, a missing Secret or key, or a value without a PEM certificate,
+// is a problem for status.
 func (r *IdempotentConsumerReconciler) databaseConn(ctx context.Context, s *reconcileState, databaseURL string) (DatabaseConn, *problem, error) {
 	db := DatabaseConn{URL: databaseURL}
+	if prob := r.Options.DatabaseHostAllowlist.checkDatabaseHosts(databaseURL); prob != nil {
+		return db, prob, nil
+	}
 	ref := s.obj.Spec.Database.CASecretRef
 	if ref == nil {
 		return db, nil, nil
@@ -228,6 +232,7 @@ func (r *IdempotentConsumerReconciler) databaseFailure(ctx context.Context, s *r
 		return
 	}
 	reason, transient := classifyDatabaseError(err)
+	logDatabaseDetail(ctx, s, reason, err)
 	r.databaseNotReady(ctx, s, reason, describeDatabaseError(reason, err), transient)
 }
 

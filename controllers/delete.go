@@ -120,6 +120,7 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 			return ctrl.Result{}, r.removeFinalizer(ctx, obj)
 		}
 		reason, _ := classifyDatabaseError(err)
+		logDatabaseDetail(ctx, s, reason, err)
 		prob = &problem{reason, describeDatabaseError(reason, err)}
 	}
 	if prob == nil {
@@ -137,6 +138,7 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 			return ctrl.Result{}, r.removeFinalizer(ctx, obj)
 		}
 		reason, _ := classifyDatabaseError(err)
+		logDatabaseDetail(ctx, s, reason, err)
 		prob = &problem{reason, describeDatabaseError(reason, err)}
 	}
 

@@ -65,6 +65,7 @@ func (r *IdempotentConsumerReconciler) reconcilePartitions(ctx context.Context, 
 		if reason == kafkav1alpha1.ReasonDatabaseError {
 			reason = kafkav1alpha1.ReasonMaintenanceFailed
 		}
+		logDatabaseDetail(ctx, s, reason, err)
 		r.partitionsNotReady(ctx, s, reason, "Partition maintenance failed: "+describeDatabaseError(reason, err), transient)
 		return nil
 	}
@@ -74,6 +75,7 @@ func (r *IdempotentConsumerReconciler) reconcilePartitions(ctx context.Context, 
 	if len(res.Partitions) == 0 {
 		if state, err = s.store.Observe(dctx); err != nil {
 			reason, transient := classifyDatabaseError(err)
+			logDatabaseDetail(ctx, s, reason, err)
 			r.partitionsNotReady(ctx, s, reason, "Reading the partitions failed: "+describeDatabaseError(reason, err), transient)
 			return nil
 		}

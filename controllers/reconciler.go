@@ -91,6 +91,10 @@ type Options struct {
 	// a count or a percentage of the consumer Deployments (rollout.go);
 	// "0" applies such changes only with the next spec change. Default 10%.
 	MaxConcurrentTemplateUpgrades string
+	// DatabaseHostAllowlist, when not empty, lists the only database hosts
+	// the operator connects to; a URL naming another host is refused with
+	// DatabaseHostNotAllowed, without dialing (hostallow.go).
+	DatabaseHostAllowlist HostAllowlist
 }
 
 func (o Options) withDefaults() Options {

@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/consumer"
 )
 
 // Secrets: which keys an object references, reading them (one GET each, once
@@ -104,7 +105,8 @@ func (s *reconcileState) scrub(msg string) string {
 }
 
 // addSecret remembers a secret value read this reconcile, so scrub keeps it
-// out of messages; for a database URL its password is remembered too.
+// out of messages; for a database URL its password and sslpassword are
+// remembered too.
 func (s *reconcileState) addSecret(v string, isURL bool) {
 	if v == "" {
 		return
@@ -113,10 +115,8 @@ func (s *reconcileState) addSecret(v string, isURL bool) {
 	if !isURL {
 		return
 	}
-	if pu, err := url.Parse(v); err == nil && pu.User != nil {
-		if pw, ok := pu.User.Password(); ok {
-			s.addSecret(pw, false)
-		}
+	for _, sec := range consumer.DSNSecrets(v) { // password, sslpassword, in either form
+		s.addSecret(sec, false)
 	}
 	if cfg, err := pgconn.ParseConfig(v); err == nil {
 		s.addSecret(cfg.Password, false)

@@ -104,6 +104,14 @@ const (
 	ReasonTableLayoutMismatch  = "TableLayoutMismatch"
 	ReasonLockNotAvailable     = "LockNotAvailable"
 	ReasonDatabaseError        = "DatabaseError"
+	// ReasonDatabaseTLSFailed: the TLS handshake with the database failed
+	// (the server refused TLS, or spoke something else); the details are
+	// in the operator's log only.
+	ReasonDatabaseTLSFailed = "DatabaseTLSFailed"
+	// ReasonDatabaseHostNotAllowed: the database URL names a host that the
+	// manager's --database-host-allowlist does not list; the operator did
+	// not connect.
+	ReasonDatabaseHostNotAllowed = "DatabaseHostNotAllowed"
 	// ReasonConsumerGroupInUse: another object registered the same consumer
 	// group on the shared table.
 	ReasonConsumerGroupInUse = "ConsumerGroupInUse"

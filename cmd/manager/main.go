@@ -148,7 +148,8 @@ func parseFlags() (*config, error) {
 	flag.StringVar(&opts.MaxConcurrentTemplateUpgrades, "max-concurrent-template-upgrades", controllers.DefaultMaxConcurrentTemplateUpgrades,
 		"Consumer Deployments that roll out a pod template change this operator made (a new release, a new --consumer-image), not their spec, at once: a count or a percentage of them; 0 applies such changes only with the next spec change.")
 	var maxConns int
-	var watchNamespacesFlag string
+	var watchNamespacesFlag, hostAllowlistFlag string
+	flag.StringVar(&hostAllowlistFlag, "database-host-allowlist", "", "Comma-separated database hosts the operator may connect to: host names, *.domain, IP addresses, CIDRs (names match names, addresses match addresses; nothing is resolved to decide). A database URL naming another host is refused with DatabaseHostNotAllowed, without dialing. Empty allows every host.")
 	flag.StringVar(&watchNamespacesFlag, "watch-namespaces", "", "Comma-separated namespaces whose IdempotentConsumers (and Secrets, Deployments) the manager watches; empty means the whole cluster. Pair a list with the RBAC of config/namespaced.")
 	flag.IntVar(&maxConns, "database-max-conns", controllers.DefaultDatabaseMaxConns, "Connections per distinct database URL: the most the operator opens against one database, whatever --max-concurrent-reconciles is.")
 	cfg.zap.BindFlags(flag.CommandLine)
@@ -160,6 +161,9 @@ func parseFlags() (*config, error) {
 	var err error
 	if cfg.watchNamespaces, err = controllers.ParseWatchNamespaces(watchNamespacesFlag); err != nil {
 		return nil, err
+	}
+	if opts.DatabaseHostAllowlist, err = controllers.ParseHostAllowlist(hostAllowlistFlag); err != nil {
+		return nil, fmt.Errorf("invalid --database-host-allowlist: %w", err)
 	}
 	if opts.TopicCheckInterval > 0 && opts.TopicCheckInterval < time.Minute {
 		return nil, fmt.Errorf("invalid --topic-check-interval %s: want 0 (off) or at least 1m (every object asks the brokers at that rate)", opts.TopicCheckInterval)

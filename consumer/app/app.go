@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os/signal"
 	"runtime/debug"
 	"strings"
@@ -193,15 +192,4 @@ func redact(s string, secrets []string) string {
 		}
 	}
 	return s
-}
-
-// dsnPassword extracts the password of a postgres:// URL (key=value DSNs are
-// covered by redacting the whole DSN value).
-func dsnPassword(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil {
-		return ""
-	}
-	p, _ := u.User.Password()
-	return p
 }

@@ -427,10 +427,8 @@ func collectSecrets(o *Options) {
 			o.Secrets = append(o.Secrets, s)
 		}
 	}
-	if p := dsnPassword(c.DatabaseURL); p != "" {
-		o.Secrets = append(o.Secrets, p)
-	}
-	o.Secrets = append(o.Secrets, o.HTTP.Secrets()...) // the token and the URL's path and query tokens
+	o.Secrets = append(o.Secrets, consumer.DSNSecrets(c.DatabaseURL)...) // password, sslpassword
+	o.Secrets = append(o.Secrets, o.HTTP.Secrets()...)                   // the token and the URL's path and query tokens
 }
 
 var policyVars = map[string]consumer.Reason{
