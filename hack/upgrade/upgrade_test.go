@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/idempotency-dev/operator/consumer/consumertest"
 	"github.com/idempotency-dev/operator/hack/internal/localstack"
@@ -196,6 +198,7 @@ func TestUpgradeFromOlderBuild(t *testing.T) {
 		t.Skip("builds two trees and runs envtest and PostgreSQL: skipped with -short")
 	}
 	started := time.Now()
+	ctrllog.SetLogger(logr.Discard()) // envtest's own start-up lines
 	// Building two trees may take minutes on a cold cache: the run's
 	// deadline starts after the builds.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -269,7 +272,12 @@ func TestUpgradeFromOlderBuild(t *testing.T) {
 	cl.Add(srv.Close)
 
 	for _, o := range objects {
+		// The topic and its dead-letter topic (the default name): the
+		// consumer waits for both.
 		if err := consumertest.CreateTopic(ctx, brokers, o.topic, partitions, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := consumertest.CreateTopic(ctx, brokers, o.topic+".dlq", 1, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
