@@ -103,9 +103,15 @@ test: fmt vet verify-tidy verify-generated lint-workflows ## Run all tests: unit
 	@assets="$$(hack/envtest.sh)"; \
 	echo "test: KUBEBUILDER_ASSETS=$$assets"; \
 	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -race ./consumer/...; \
-	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e '^github.com/idempotency-dev/operator/consumer' -e '^github.com/idempotency-dev/operator/examples/'); \
+	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e '^github.com/idempotency-dev/operator/consumer' -e '^github.com/idempotency-dev/operator/examples/' -e '^github.com/idempotency-dev/operator/hack/upgrade$$'); \
 	cd third_party/kafka-go && go test $(GO_TEST_FLAGS) -race -run 'TestReadCommitted' . # the patch's tests (PATCH.md)
 	@$(MAKE) --no-print-directory test-examples
+	@$(MAKE) --no-print-directory test-upgrade
+
+.PHONY: test-upgrade
+test-upgrade: ## Upgrade and downgrade from a real older build (latest tag, else af2c676) under traffic; prints RESULT upgrade ...
+	@assets="$$(hack/envtest.sh)"; \
+	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -v -run '^TestUpgradeFromOlderBuild$$' ./hack/upgrade/
 
 .PHONY: test-examples
 test-examples: ## Run the examples in examples/ against PostgreSQL and the broker (needs Node.js 20 and npm; npm ci from the lock files).

@@ -146,14 +146,20 @@ func (op *operatorProcess) reconciles() (count, seconds float64, err error) {
 }
 
 // peakRSSMiB is the process's high-water mark of resident memory (VmHWM).
-func (op *operatorProcess) peakRSSMiB(t *testing.T) float64 {
+func (op *operatorProcess) peakRSSMiB(t *testing.T) float64 { return op.statusMiB(t, "VmHWM") }
+
+// rssMiB is the process's resident memory now (VmRSS).
+func (op *operatorProcess) rssMiB(t *testing.T) float64 { return op.statusMiB(t, "VmRSS") }
+
+// statusMiB reads a memory field (in kB) of /proc/<pid>/status, in MiB.
+func (op *operatorProcess) statusMiB(t *testing.T, field string) float64 {
 	t.Helper()
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", op.cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 			if err != nil {
 				t.Fatalf("parsing %q: %v", line, err)
@@ -161,7 +167,7 @@ func (op *operatorProcess) peakRSSMiB(t *testing.T) float64 {
 			return kb / 1024
 		}
 	}
-	t.Fatal("no VmHWM in /proc/<pid>/status")
+	t.Fatalf("no %s in /proc/<pid>/status", field)
 	return 0
 }
 

@@ -44,6 +44,13 @@ import (
 	"github.com/idempotency-dev/operator/consumer/dedup"
 )
 
+// The operator's cost per object that make bench holds it to (RESULT
+// operator_cost): measured at ~23 ms and ~50 KiB with 1,000 objects.
+const (
+	operatorCostCPUMS = 30
+	operatorCostKiB   = 80
+)
+
 // TestBenchmarkManyConsumers is the operator's scale benchmark (make bench):
 // OPERATOR_BENCH_OBJECTS (default 300) IdempotentConsumers in one namespace,
 // each with its own table in one PostgreSQL database, reconciled by the
@@ -64,7 +71,9 @@ import (
 // OPERATOR_BENCH_OUT set it is also written to that file. With
 // OPERATOR_BENCH_PROFILE=dir a CPU profile of the phase from the first
 // create to all Ready (cpu.pprof) and a heap profile taken at all Ready
-// (heap.pprof) are written there.
+// (heap.pprof) are written there. With OPERATOR_BENCH_PROCESS a second
+// line `RESULT operator_cost ...` gives the operator process's CPU and
+// memory per object (make bench: BENCH=operator_cost).
 func TestBenchmarkManyConsumers(t *testing.T) {
 	if os.Getenv("OPERATOR_BENCH") == "" {
 		t.Skip("set OPERATOR_BENCH=1 to run the operator benchmark")
@@ -102,8 +111,10 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	// operator process's metrics endpoint.
 	counters := func() (count, seconds float64) { return reconcileCounters(t) }
 	var op *operatorProcess
+	var rssNone float64
 	if process {
 		op = startOperatorProcess(t, te, workers, conns)
+		rssNone = op.rssMiB(t) // started, synced, no object yet
 		counters = func() (float64, float64) {
 			c, s, err := op.reconciles()
 			if err != nil {
@@ -256,6 +267,14 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	}
 	result += " " + strings.Join(cpuParts, " ") + fmt.Sprintf(" cores=%d", runtime.NumCPU())
 	fmt.Println(result)
+	if process {
+		// The operator's own cost per object: its CPU from the first create
+		// to all Ready, and (peak RSS with n objects - RSS with none) / n.
+		cpuMS := cpu["manager"] * 1000 / float64(n-1)
+		kib := (op.peakRSSMiB(t) - rssNone) * 1024 / float64(n)
+		fmt.Printf("RESULT operator_cost cpu_ms_per_object=%.1f kib_per_object=%.0f objects=%d rss_none_mib=%.0f within_targets=%t (targets: cpu_ms_per_object<=%d kib_per_object<=%d)\n",
+			cpuMS, kib, n, rssNone, cpuMS <= operatorCostCPUMS && kib <= operatorCostKiB, operatorCostCPUMS, operatorCostKiB)
+	}
 	if out := os.Getenv("OPERATOR_BENCH_OUT"); out != "" {
 		if err := os.WriteFile(out, []byte(result+"\n"), 0o644); err != nil {
 			t.Error(err)

@@ -5,7 +5,7 @@
 # those lines last, prefixed with the benchmark's name.
 #
 #   make bench                 # all of them
-#   BENCH=dedup make bench     # one of: dedup consumer slow_sink memory scale operator
+#   BENCH=dedup make bench     # one of: dedup consumer slow_sink memory scale operator operator_cost
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 which="${BENCH:-dedup consumer slow_sink memory scale operator}"
@@ -25,6 +25,14 @@ run() {
 	# and names itself ("RESULT scale sink=...").
 	if [ "$name" = scale ]; then
 		grep '^RESULT scale ' "$out/$name.log" >"$out/$name.result" || true
+	elif [ "$name" = operator_1000 ] || [ "$name" = operator_cost ]; then
+		# The run's line, and the operator process's cost per object
+		# ("RESULT operator_cost ...", named by the test).
+		: >"$out/$name.result"
+		if [ "$name" = operator_1000 ]; then
+			grep '^RESULT ' "$out/$name.log" | grep -v '^RESULT operator_cost ' | tail -1 | sed "s/^RESULT /RESULT $name /" >"$out/$name.result" || true
+		fi
+		grep '^RESULT operator_cost ' "$out/$name.log" | tail -1 >>"$out/$name.result" || true
 	else
 		grep '^RESULT ' "$out/$name.log" | tail -1 | sed "s/^RESULT /RESULT $name /" >"$out/$name.result" || true
 	fi
@@ -56,8 +64,13 @@ for b in $which; do
 		# test process; the 1000-object run's quiet period is 30s.
 		assets="$(hack/envtest.sh)"
 		run operator env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1
+		# The 1000-object run also prints RESULT operator_cost (CPU ms and KiB per object; targets <= 30 ms, <= 80 KiB).
 		run operator_1000 env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 OPERATOR_BENCH_PROCESS=1 OPERATOR_BENCH_OBJECTS=1000 OPERATOR_BENCH_QUIET=30s go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1 ;;
-	*) echo "bench: unknown benchmark $b (dedup, consumer, slow_sink, memory, scale, operator)" >&2; exit 2 ;;
+	operator_cost)
+		# Only RESULT operator_cost, with OPERATOR_COST_OBJECTS (default 1000) objects and a short quiet period.
+		assets="$(hack/envtest.sh)"
+		run operator_cost env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 OPERATOR_BENCH_PROCESS=1 OPERATOR_BENCH_OBJECTS="${OPERATOR_COST_OBJECTS:-1000}" OPERATOR_BENCH_QUIET=5s go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1 ;;
+	*) echo "bench: unknown benchmark $b (dedup, consumer, slow_sink, memory, scale, operator, operator_cost)" >&2; exit 2 ;;
 	esac
 done
 echo

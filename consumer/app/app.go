@@ -56,7 +56,9 @@ func run(ctx context.Context, opts Options, stderr io.Writer) int {
 	}
 	log := slog.New(consumer.RedactingHandler(h, opts.Secrets...))
 	opts.Consumer.Logger = log
+	resolveMemoryLimit(&opts, hostCgroup, log)
 	applyMemoryLimit(opts, log)
+	go followMemoryLimit(ctx, opts, hostCgroup, log)
 
 	handler, external, err := buildSink(ctx, opts, log)
 	if err != nil {

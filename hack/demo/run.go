@@ -70,7 +70,7 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (*Report, error)
 		return nil, err
 	}
 	s.step("providing the envtest control plane (first run builds it: ~10 minutes)")
-	assets, err := controlPlaneAssets(ctx, s.root, progress)
+	assets, err := localstack.ControlPlaneAssets(ctx, s.root, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -133,12 +133,12 @@ func (s *system) startData(ctx context.Context) error {
 // operator process against them.
 func (s *system) startOperator(assets string) error {
 	s.step("starting kube-apiserver and etcd; installing CRDs from kustomize build config/crd")
-	crds, err := renderCRDs(s.root)
+	crds, err := localstack.RenderCRDs(s.root)
 	if err != nil {
 		return err
 	}
 	s.kubeconfig = filepath.Join(s.work, "kubeconfig")
-	env, err := startControlPlane(assets, crds, s.kubeconfig)
+	env, err := localstack.StartControlPlane(assets, crds, s.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -249,7 +249,7 @@ func (s *system) startConsumers(ctx context.Context, ic *unstructured.Unstructur
 		replicas = *dep.Spec.Replicas
 	}
 	s.step("starting %d consumer process(es) exactly as Deployment %s specifies", replicas, dep.Name)
-	consumers, err := startConsumers(ctx, s.k8s, dep, filepath.Join(s.bin, "consumer"), s.work, s.verbose)
+	consumers, err := localstack.StartReplicas(ctx, s.k8s, dep, filepath.Join(s.bin, "consumer"), s.work, s.verbose)
 	s.cl.Add(func() {
 		for _, c := range consumers {
 			c.Stop(15 * time.Second)
@@ -259,7 +259,7 @@ func (s *system) startConsumers(ctx context.Context, ic *unstructured.Unstructur
 		return nil, err
 	}
 	s.step("consumers ready; reporting them in the Deployment's status, as the kubelet and deployment controller would")
-	if err := reportLocalRollout(ctx, s.k8s, dep, consumers); err != nil {
+	if err := localstack.ReportLocalRollout(ctx, s.k8s, dep, consumers); err != nil {
 		return nil, err
 	}
 	return consumers, nil
