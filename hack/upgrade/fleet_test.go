@@ -111,12 +111,17 @@ func (f *fleet) step(ctx context.Context) error {
 				return fmt.Errorf("deployment %s: image tag %q is neither build's", d.Name, tag)
 			}
 			if rs != nil {
-				for _, c := range rs.running {
-					c.Stop(30 * time.Second)
-				}
+				// Detach the old replicas before stopping them: exited,
+				// polled by the test meanwhile, must not take a replica
+				// this rollout stops for one that exited on its own.
 				f.mu.Lock()
+				old := rs.running
+				rs.running = nil
 				f.rollouts[phase][d.Name]++
 				f.mu.Unlock()
+				for _, c := range old {
+					c.Stop(30 * time.Second)
+				}
 				fmt.Fprintf(f.out, "fleet: %s: rolling out template of image tag %s (phase %s)\n", d.Name, tag, phase)
 			} else {
 				rs = &replicaSet{}
