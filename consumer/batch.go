@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idempotency-dev/operator/consumer/envelope"
+	"github.com/idempotency-dev/operator/consumer/event"
 )
 
 type itemState uint8
@@ -321,7 +322,7 @@ func (w *worker) decode(it *item, m kafka.Message) {
 		eh[i] = envelope.Header{Key: h.Key, Value: h.Value}
 	}
 	it.ev = Event{Key: m.Key, Headers: headers, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
-	it.trace, it.hasTrace = traceFromHeaders(headers)
+	it.trace, it.hasTrace = event.TraceFromHeaders(headers)
 	it.batch = w.span
 	d, err := envelope.Decode(m.Value, eh, c.cfg.Envelope)
 	if err != nil {

@@ -2,127 +2,118 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+	"github.com/idempotency-dev/operator/consumer/event"
 )
 
-// Header is one Kafka record header.
-type Header struct {
-	Key   string
-	Value []byte
-}
+// The types a handler sees live in the leaf package event; these names are
+// the same types (aliases) and functions, so code written against either
+// package works with both.
+type (
+	// Event is one decoded Kafka record handed to a handler; see [event.Event].
+	Event = event.Event
+	// Header is one Kafka record header.
+	Header = event.Header
+	// Handler applies one new event in the batch's transaction; see [event.Handler].
+	Handler = event.Handler
+	// ExternalHandler applies one new event whose effect is outside
+	// PostgreSQL; see [event.ExternalHandler].
+	ExternalHandler = event.ExternalHandler
+	// Reason says why an event was not handled normally; see [event.Reason].
+	Reason = event.Reason
+	// Policy is what the runtime does with an event that has a Reason.
+	Policy = event.Policy
+	// TraceContext is the W3C Trace Context of an event's record.
+	TraceContext = event.TraceContext
+)
 
-// Event is one decoded Kafka record handed to a Handler.
-type Event struct {
-	// ID is the event id from the envelope, a UUID v7: the dedup key.
-	ID uuid.UUID
-	// Type from the envelope ("type" field or ce_type), may be empty.
-	Type string
-	// OccurredAt from the envelope, else the UUID v7 timestamp.
-	OccurredAt time.Time
-	// Payload is the message value, or the envelope's payload field when
-	// one is configured. It must not be modified.
-	Payload []byte
-	// Key of the Kafka record.
-	Key []byte
-	// Headers of the Kafka record.
-	Headers []Header
+// The reasons; see [event.Reason].
+const (
+	ReasonNotJSON          = event.ReasonNotJSON
+	ReasonMissingID        = event.ReasonMissingID
+	ReasonInvalidUUID      = event.ReasonInvalidUUID
+	ReasonWrongUUIDVersion = event.ReasonWrongUUIDVersion
+	ReasonOversized        = event.ReasonOversized
+	ReasonOutsideWindow    = event.ReasonOutsideWindow
+	ReasonHandlerFailed    = event.ReasonHandlerFailed
+)
 
-	Topic     string
-	Partition int
-	Offset    int64
-	// Deduplicated is false only for an out-of-window event handled under
-	// PolicyProcess: it was not recorded in the dedup table.
-	Deduplicated bool
-}
+// The policies; see [event.Policy].
+const (
+	PolicyDeadLetter = event.PolicyDeadLetter
+	PolicySkip       = event.PolicySkip
+	PolicyStop       = event.PolicyStop
+	PolicyProcess    = event.PolicyProcess
+)
 
-// Header returns the value of the last header named key.
-func (e *Event) Header(key string) ([]byte, bool) {
-	for i := len(e.Headers) - 1; i >= 0; i-- {
-		if e.Headers[i].Key == key {
-			return e.Headers[i].Value, true
-		}
-	}
-	return nil, false
-}
+// The dead-letter headers; see [event.HeaderDLQReason].
+const (
+	DeadLetterHeaderPrefix        = event.DeadLetterHeaderPrefix
+	HeaderDLQReason               = event.HeaderDLQReason
+	HeaderDLQError                = event.HeaderDLQError
+	HeaderDLQOriginalTopic        = event.HeaderDLQOriginalTopic
+	HeaderDLQOriginalPartition    = event.HeaderDLQOriginalPartition
+	HeaderDLQOriginalOffset       = event.HeaderDLQOriginalOffset
+	HeaderDLQOriginalTimestamp    = event.HeaderDLQOriginalTimestamp
+	HeaderDLQConsumerGroup        = event.HeaderDLQConsumerGroup
+	HeaderDLQEventID              = event.HeaderDLQEventID
+	HeaderDLQAttempts             = event.HeaderDLQAttempts
+	HeaderDLQTime                 = event.HeaderDLQTime
+	HeaderDLQValueDropped         = event.HeaderDLQValueDropped
+	HeaderDLQValueSize            = event.HeaderDLQValueSize
+	HeaderDLQKeyAndHeadersDropped = event.HeaderDLQKeyAndHeadersDropped
+)
 
-// Handler applies one new event. Everything it writes through tx commits
-// atomically with the event's dedup row; it must not commit or roll back tx.
-// It runs under a savepoint: an error undoes only this event's writes.
-// A statement that failed makes the event fail even if the handler swallows
-// the error and returns nil, and so does an argument pgx can't encode (both
-// are the event's failure, never a database outage). A handler that ends the
-// transaction with SQL (COMMIT, ROLLBACK) or returns with a result still open
-// (Rows, BatchResults) fails at once with reason handler_failed.
-//
-// An error is retried (HandlerMaxAttempts, exponential backoff), then the
-// event is dead-lettered. Wrap it with Permanent to dead-letter at once, or
-// with Unavailable when a dependency is down: then the whole batch is rolled
-// back and retried later, without dead-lettering and without committing.
-//
-// ctx carries the event (EventFromContext) and the W3C trace context from the
-// traceparent header (TraceFromContext).
-type Handler func(ctx context.Context, tx pgx.Tx, ev *Event) error
-
-type eventKey struct{}
-
-// ContextWithEvent returns ctx carrying ev. The runtime does this for every
-// handler call; IdempotencyKeyTransport reads it.
-func ContextWithEvent(ctx context.Context, ev *Event) context.Context {
-	return context.WithValue(ctx, eventKey{}, ev)
-}
-
-// EventFromContext returns the event a handler is processing.
-func EventFromContext(ctx context.Context) (*Event, bool) {
-	ev, ok := ctx.Value(eventKey{}).(*Event)
-	return ev, ok && ev != nil
-}
-
-// Permanent marks a handler error that retrying can't fix (a 4xx answer, a
-// constraint violation on bad data): the event is dead-lettered at once.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err}
-}
-
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
-
-// IsPermanent reports whether err was marked with Permanent.
-func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
-}
-
-// Unavailable marks a handler error caused by a dependency that is down (the
-// database, a downstream service that refuses connections). The runtime rolls
-// back the batch, reports not ready and retries the batch with backoff; the
-// event is not dead-lettered and the offset does not move.
-func Unavailable(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &unavailableError{err}
-}
-
-type unavailableError struct{ err error }
-
-func (e *unavailableError) Error() string { return "unavailable: " + e.err.Error() }
-func (e *unavailableError) Unwrap() error { return e.err }
-
-// IsUnavailable reports whether err was marked with Unavailable.
-func IsUnavailable(err error) bool {
-	var u *unavailableError
-	return errors.As(err, &u)
-}
+// Reasons lists every reason, in documentation order.
+var Reasons = event.Reasons
 
 // ErrStopped is returned by Run (wrapped, with the event) when an event's
 // reason has PolicyStop.
-var ErrStopped = errors.New("stopped by policy")
+var ErrStopped = event.ErrStopped
+
+// ParsePolicy accepts a policy name in any case; see [event.ParsePolicy].
+func ParsePolicy(s string) (Policy, error) { return event.ParsePolicy(s) }
+
+// ContextWithEvent returns ctx carrying ev; see [event.ContextWithEvent].
+func ContextWithEvent(ctx context.Context, ev *Event) context.Context {
+	return event.ContextWithEvent(ctx, ev)
+}
+
+// EventFromContext returns the event a handler is processing.
+func EventFromContext(ctx context.Context) (*Event, bool) { return event.EventFromContext(ctx) }
+
+// Permanent marks a handler error that retrying can't fix; see [event.Permanent].
+func Permanent(err error) error { return event.Permanent(err) }
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool { return event.IsPermanent(err) }
+
+// Unavailable marks a handler error caused by a dependency that is down;
+// see [event.Unavailable].
+func Unavailable(err error) error { return event.Unavailable(err) }
+
+// IsUnavailable reports whether err was marked with Unavailable.
+func IsUnavailable(err error) bool { return event.IsUnavailable(err) }
+
+// RetryLater marks an error whose source asked to be called again later;
+// see [event.RetryLater].
+func RetryLater(err error, d time.Duration) error { return event.RetryLater(err, d) }
+
+// RetryLaterAfter reports whether err was marked with RetryLater and the
+// pause it asked for; see [event.RetryLaterAfter].
+func RetryLaterAfter(err error) (time.Duration, bool) { return event.RetryLaterAfter(err) }
+
+// ParseTraceparent parses a traceparent header value; see [event.ParseTraceparent].
+func ParseTraceparent(s string) (TraceContext, bool) { return event.ParseTraceparent(s) }
+
+// ContextWithTrace returns ctx carrying t.
+func ContextWithTrace(ctx context.Context, t TraceContext) context.Context {
+	return event.ContextWithTrace(ctx, t)
+}
+
+// TraceFromContext returns the trace context of the event being handled.
+func TraceFromContext(ctx context.Context) (TraceContext, bool) { return event.TraceFromContext(ctx) }
+
+// DefaultRetryLaterMax is the default of Config.RetryLaterMax.
+const DefaultRetryLaterMax = time.Minute

@@ -9,29 +9,6 @@ import (
 	"time"
 )
 
-// ExternalHandler applies one new event whose effect is outside PostgreSQL:
-// an HTTP call, a message to another system. The runtime never calls it with
-// a database transaction open or a pool connection held, and it runs
-// concurrently with other events' calls as Config.Ordering allows.
-//
-// Guarantee: the handler is called at least once for every event id, and
-// again only in the windows described in docs/consumer.md ("Processing
-// model"): after a crash, a rebalance or a shutdown between a successful
-// call and the short transaction that records the id. The event id is
-// stable across those calls, so an effect that deduplicates on it (an HTTP
-// Idempotency-Key, see IdempotencyKeyTransport) happens once. The id is
-// recorded in the dedup table once.
-//
-// Errors are treated as a Handler's: retried (HandlerMaxAttempts), then
-// dead-lettered; Permanent dead-letters at once; Unavailable pauses the
-// event (without using an attempt or dead-lettering) and retries it.
-//
-// ctx carries the event (EventFromContext) and its trace context; it ends
-// when the partition is revoked (the call is then abandoned, and the
-// partition's next owner calls again with the same id) or when the shutdown
-// grace period is over.
-type ExternalHandler func(ctx context.Context, ev *Event) error
-
 // Ordering is which records of one partition may be handled concurrently.
 type Ordering string
 

@@ -1,4 +1,4 @@
-package consumer
+package event
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 // TraceContext is a W3C Trace Context (https://www.w3.org/TR/trace-context/)
 // taken from an event's traceparent and tracestate headers. The runtime hands
 // it to the handler, which can forward it downstream or start a span with any
-// tracing library; with Config.TracerProvider set, the runtime's own handler
+// tracing library; with the consumer's Config.TracerProvider set, the runtime's own handler
 // span already has it as parent (tracing.go).
 type TraceContext struct {
 	Version  byte
@@ -93,8 +93,8 @@ func TraceFromContext(ctx context.Context) (TraceContext, bool) {
 	return t, ok
 }
 
-// traceFromHeaders reads traceparent (and tracestate) from record headers.
-func traceFromHeaders(headers []Header) (TraceContext, bool) {
+// TraceFromHeaders reads traceparent (and tracestate) from record headers.
+func TraceFromHeaders(headers []Header) (TraceContext, bool) {
 	var tp, ts []byte
 	var okp bool
 	for _, h := range headers {

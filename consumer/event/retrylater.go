@@ -1,13 +1,10 @@
-package consumer
+package event
 
 import (
 	"errors"
 	"fmt"
 	"time"
 )
-
-// DefaultRetryLaterMax is the default of Config.RetryLaterMax.
-const DefaultRetryLaterMax = time.Minute
 
 // RetryLater marks an error whose source asked to be called again later
 // rather than failing: an HTTP 429 or 503 with Retry-After, a 409 or 425
@@ -16,7 +13,7 @@ const DefaultRetryLaterMax = time.Minute
 // attempt (HandlerMaxAttempts): after d when d > 0 (a Retry-After), else
 // after the handler backoff (HandlerBackoff, doubling up to
 // HandlerBackoffMax). The pauses of one event add up to at most
-// Config.RetryLaterMax: a longer d is cut to what is left, and once it is
+// the consumer's Config.RetryLaterMax: a longer d is cut to what is left, and once it is
 // used up the answer counts as an ordinary failed attempt (retried with the
 // handler backoff, then the handler_failed policy). No pause is taken with
 // a transaction open: the external handler's calls run outside
