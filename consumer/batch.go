@@ -12,6 +12,8 @@ import (
 
 	"github.com/idempotency-dev/operator/consumer/envelope"
 	"github.com/idempotency-dev/operator/consumer/event"
+	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 )
 
 type itemState uint8
@@ -86,7 +88,7 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 		}
 	}
 
-	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	w.guard.safe = false
 	redos := 0
 	// split bounds the records per transaction for the rest of this batch
@@ -122,7 +124,7 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 			}
 			done += len(part)
 			redos = 0
-			bo.reset()
+			bo.Reset()
 			continue
 		}
 		var rt *retryError
@@ -144,7 +146,7 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 						markOwnRows(part, re.poison)
 					}
 				}
-				w.log.Debug("batch transaction given up; redoing it with a savepoint round trip per event", "err", redactErr(re.err, c.secrets...))
+				w.log.Debug("batch transaction given up; redoing it with a savepoint round trip per event", "err", redact.Err(re.err, c.secrets...))
 				continue
 			}
 			err = &infraError{re}
@@ -212,11 +214,11 @@ func (w *worker) splitRefused(part []item, err error, split *int) bool {
 		// alone, then take it as that event's failure.
 		if len(part) > 1 {
 			*split = len(part) / 2
-			w.log.Debug("the database refused the commit; splitting the transaction", "records", len(part), "err", redactErr(refused, c.secrets...))
+			w.log.Debug("the database refused the commit; splitting the transaction", "records", len(part), "err", redact.Err(refused, c.secrets...))
 			return true
 		}
 		if it := &part[0]; it.state == stHandled && it.poison == "" {
-			it.poison = redactText("the database refused to commit the event's writes: "+refused.Error(), c.secrets...)
+			it.poison = redact.Text("the database refused to commit the event's writes: "+refused.Error(), c.secrets...)
 			return true
 		}
 	}
@@ -227,10 +229,10 @@ func (w *worker) splitRefused(part []item, err error, split *int) bool {
 // commits fewer records per transaction, otherwise it reports the database's
 // failure and pauses. False if the generation ended or shutdown timed out
 // during the pause.
-func (w *worker) txFailed(part []item, err error, bo *backoff) bool {
+func (w *worker) txFailed(part []item, err error, bo *backoff.Backoff) bool {
 	c := w.c
 	timeout := isServerTimeout(err)
-	err = redactErr(err, c.secrets...)
+	err = redact.Err(err, c.secrets...)
 	if timeout && w.guard.shrink(len(part)) {
 		// Retrying the same transaction would run into the same timeout
 		// forever (and repeat every handler's external calls): commit
@@ -257,7 +259,7 @@ func (w *worker) txFailed(part []item, err error, bo *backoff) bool {
 	} else {
 		w.log.Debug("batch transaction failed again", "err", err)
 	}
-	return w.pause(bo.next())
+	return w.pause(bo.Next())
 }
 
 // markOwnRows flags the events of part after poison whose handlers had not
@@ -437,7 +439,7 @@ func (w *worker) deadLetter(items []item) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {
 		err := c.writeDeadLetters(w.hardCtx, msgs)
 		if err == nil {
@@ -447,11 +449,11 @@ func (w *worker) deadLetter(items []item) error {
 			return nil
 		}
 		c.metrics.infraErrors.WithLabelValues(compDLQ).Inc()
-		err = redactErr(err, c.secrets...)
+		err = redact.Err(err, c.secrets...)
 		if c.health.fail(compDLQ, err) {
 			w.log.Warn("writing to the dead-letter topic failed; retrying, offset held", "err", err, "topic", c.cfg.DeadLetterTopic)
 		}
-		if !w.pause(bo.next()) {
+		if !w.pause(bo.Next()) {
 			return errAbandoned
 		}
 	}

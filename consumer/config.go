@@ -14,6 +14,7 @@ import (
 
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/envelope"
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 )
 
 // SASL mechanisms.
@@ -338,7 +339,7 @@ func (c Config) Validate() error {
 	if c.Pool == nil {
 		if _, err := pgxpool.ParseConfig(c.DatabaseURL); err != nil {
 			// pgx's parse errors can quote the whole string, password included.
-			return cfgErr("DatabaseURL", "cannot be parsed (%s)", redactText(errorText(err), append(DSNSecrets(c.DatabaseURL), c.DatabaseURL)...))
+			return cfgErr("DatabaseURL", "cannot be parsed (%s)", redact.Text(redact.ErrorText(err), append(redact.DSNSecrets(c.DatabaseURL), c.DatabaseURL)...))
 		}
 	}
 	if c.DatabaseMaxConns < 1 {
@@ -441,7 +442,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("isolation", string(c.Isolation)),
 		slog.Bool("tls", c.TLS != nil),
 		slog.Any("sasl", c.SASL),
-		slog.String("database", RedactDSN(c.DatabaseURL)),
+		slog.String("database", redact.DSN(c.DatabaseURL)),
 		slog.String("table", c.Table.String()),
 		slog.String("scope", string(c.Table.Scope)),
 		slog.Int("batchSize", c.BatchSize),

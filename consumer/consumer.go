@@ -15,6 +15,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idempotency-dev/operator/consumer/dedup"
+	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 )
 
 // Consumer consumes one topic in one consumer group with an exactly-once
@@ -85,11 +87,11 @@ func newConsumer(cfg Config, h Handler) (*Consumer, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Consumer{cfg: cfg, handler: h, calls: newHandlerCalls()}
-	c.secrets = append(c.secrets, DSNSecrets(cfg.DatabaseURL)...)
+	c.secrets = append(c.secrets, redact.DSNSecrets(cfg.DatabaseURL)...)
 	if cfg.SASL.Password != "" {
 		c.secrets = append(c.secrets, cfg.SASL.Password)
 	}
-	c.log = slog.New(RedactingHandler(cfg.Logger.Handler(), c.secrets...)).With(
+	c.log = slog.New(redact.Handler(cfg.Logger.Handler(), c.secrets...)).With(
 		"topic", cfg.Topic, "group", cfg.Group)
 
 	reg := cfg.Registerer
@@ -264,7 +266,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			c.health.setJoined(false)
 			c.metrics.infraErrors.WithLabelValues(compGroup).Inc()
-			err = redactErr(err, c.secrets...)
+			err = redact.Err(err, c.secrets...)
 			if c.health.fail(compGroup, err) || time.Since(groupErrAt) > 30*time.Second {
 				c.log.Warn("joining the consumer group failed; retrying", "err", err)
 				groupErrAt = time.Now()
@@ -320,7 +322,7 @@ func (c *Consumer) open(ctx context.Context) error {
 	if pool == nil {
 		pcfg, err := pgxpool.ParseConfig(c.cfg.DatabaseURL)
 		if err != nil {
-			return cfgErr("DatabaseURL", "cannot be parsed (%s)", redactText(err.Error(), c.secrets...))
+			return cfgErr("DatabaseURL", "cannot be parsed (%s)", redact.Text(err.Error(), c.secrets...))
 		}
 		pcfg.MaxConns = c.cfg.DatabaseMaxConns
 		pcfg.HealthCheckPeriod = 10 * time.Second
@@ -338,7 +340,7 @@ func (c *Consumer) open(ctx context.Context) error {
 		}
 		pool, err = pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {
-			return fmt.Errorf("opening database pool: %w", redactErr(err, c.secrets...))
+			return fmt.Errorf("opening database pool: %w", redact.Err(err, c.secrets...))
 		}
 	}
 	c.mu.Lock()
@@ -382,7 +384,7 @@ func (c *Consumer) closeAbandoned() {
 // false if ctx ended, and an error for a table of the other scope, which no
 // wait can fix.
 func (c *Consumer) setup(ctx context.Context) (bool, error) {
-	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	var lastLogged string
 	for {
 		err := c.checkDatabase(ctx)
@@ -401,13 +403,13 @@ func (c *Consumer) setup(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil {
 			return false, nil
 		}
-		err = redactErr(err, c.secrets...)
+		err = redact.Err(err, c.secrets...)
 		c.health.fail(compSetup, err)
 		if err.Error() != lastLogged {
 			c.log.Warn("waiting for dependencies", "err", err)
 			lastLogged = err.Error()
 		}
-		if !sleep(ctx, bo.next()) {
+		if !backoff.Sleep(ctx, bo.Next()) {
 			return false, nil
 		}
 	}
@@ -445,7 +447,7 @@ func (c *Consumer) checkDurability(ctx context.Context) {
 	defer cancel()
 	d, err := dedup.ReadDurability(ctx, c.pool)
 	if err != nil {
-		c.log.Info("could not read the database's durability settings", "err", redactErr(err, c.secrets...))
+		c.log.Info("could not read the database's durability settings", "err", redact.Err(err, c.secrets...))
 		return
 	}
 	risks := d.Risks()
@@ -456,17 +458,5 @@ func (c *Consumer) checkDurability(ctx context.Context) {
 		c.metrics.durabilityRisk.WithLabelValues(r.Reason).Set(1)
 		c.log.Warn("the database can lose acknowledged commits; the positions table makes the consumer redo them from Kafka while the topic still holds the records",
 			"reason", r.Reason, "detail", r.Message)
-	}
-}
-
-// sleep waits d or until ctx is done; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -136,7 +137,7 @@ func (c *Consumer) refreshDeadLetterLimit(ctx context.Context) error {
 	d.readAt = time.Now()
 	limit, source, err := c.readMaxMessageBytes(ctx, c.cfg.DeadLetterTopic)
 	if err != nil {
-		err = redactErr(err, c.secrets...)
+		err = redact.Err(err, c.secrets...)
 		if d.w == nil && !limitUnreadable(err) {
 			return fmt.Errorf("reading the dead-letter topic's max.message.bytes: %w", err)
 		}
@@ -184,7 +185,7 @@ func (c *Consumer) deadLetterMessage(it *item, now time.Time) kafka.Message {
 		}
 	}
 	// Redact before truncating: a cut secret would no longer match.
-	errText := redactText(it.errText, c.secrets...)
+	errText := redact.Text(it.errText, c.secrets...)
 	if len(errText) > maxErrorHeader {
 		errText = errText[:maxErrorHeader]
 	}

@@ -7,6 +7,9 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 )
 
 // Ordering is which records of one partition may be handled concurrently.
@@ -115,9 +118,9 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 	if r.hasTrace {
 		hctx = ContextWithTrace(hctx, r.trace)
 	}
-	bo := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
-	unavail := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
-	later := newBackoff(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
+	bo := backoff.New(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
+	unavail := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	later := backoff.New(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
 	var paused time.Duration // RetryLater pauses so far, bounded by RetryLaterMax
 	for attempt := 1; ; {
 		if !c.inFlight.acquire(ctx, r.prio) {
@@ -143,13 +146,13 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 			return outAbandoned
 		}
 		c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
-		text := redactText(err.Error(), c.secrets...)
+		text := redact.Text(err.Error(), c.secrets...)
 		if IsUnavailable(err) {
 			c.metrics.infraErrors.WithLabelValues(compHandler).Inc()
 			if c.health.fail(compHandler, errors.New(text)) {
 				p.w.log.Warn("the handler's dependency is unavailable; pausing the event and retrying", "offset", r.ev.Offset, "eventId", r.ev.ID, "err", text)
 			}
-			if !sleep(ctx, unavail.next()) {
+			if !backoff.Sleep(ctx, unavail.Next()) {
 				return outAbandoned
 			}
 			continue
@@ -159,7 +162,7 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 			// processed): a pause that uses no attempt, within RetryLaterMax
 			// for the event. No transaction is open here.
 			if d <= 0 {
-				d = later.next()
+				d = later.Next()
 			}
 			d = min(d, c.cfg.RetryLaterMax-paused)
 			paused += d
@@ -169,7 +172,7 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 			if paused >= c.cfg.RetryLaterMax {
 				p.w.log.Warn("the handler's answers asked to retry later for RetryLaterMax; further ones use attempts", "offset", r.ev.Offset, "eventId", r.ev.ID, "retryLaterMax", c.cfg.RetryLaterMax, "err", text)
 			}
-			if !sleep(ctx, d) {
+			if !backoff.Sleep(ctx, d) {
 				return outAbandoned
 			}
 			continue
@@ -180,7 +183,7 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 		}
 		p.w.log.Debug("handler failed; retrying", "offset", r.ev.Offset, "eventId", r.ev.ID, "attempt", attempt, "err", text)
 		attempt++
-		if !sleep(ctx, bo.next()) {
+		if !backoff.Sleep(ctx, bo.Next()) {
 			return outAbandoned
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -120,11 +122,11 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 			}
 		}
 		it.attempts = attempt
-		it.errText = redactText(err.Error(), c.secrets...)
+		it.errText = redact.Text(err.Error(), c.secrets...)
 		if IsPermanent(err) || attempt >= c.cfg.HandlerMaxAttempts {
 			return w.handlerFailed(ctx, tx, it)
 		}
-		d := backoffAt(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax, attempt)
+		d := backoff.At(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax, attempt)
 		w.log.Debug("handler failed; retrying", "offset", it.ev.Offset, "eventId", it.ev.ID, "attempt", attempt, "pause", d, "err", it.errText)
 		if d > 0 {
 			// Never wait with the transaction open: the server may end
@@ -146,7 +148,7 @@ func (w *worker) txEnded(it *item, ended, err error) error {
 	if err != nil {
 		text += ": " + err.Error()
 	}
-	return &redoError{err: ended, poison: it, poisonText: redactText(text, c.secrets...)}
+	return &redoError{err: ended, poison: it, poisonText: redact.Text(text, c.secrets...)}
 }
 
 // call runs the handler, turning a panic into an error.

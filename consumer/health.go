@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -153,7 +154,7 @@ func (c *Consumer) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("database: %w", redactErr(err, c.secrets...))
+		return fmt.Errorf("database: %w", redact.Err(err, c.secrets...))
 	}
 	return nil
 }

@@ -1,9 +1,10 @@
 package consumer_test
 
 import (
-	"github.com/segmentio/kafka-go"
 	"net/http"
 	"net/http/httptest"
+
+	"github.com/segmentio/kafka-go"
 )
 
 func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 )
@@ -75,7 +77,7 @@ func (w *worker) logBounds(ctx context.Context) (first, end int64, err error) {
 // generation lasts and reports false when the worker should stop.
 func (w *worker) start() (int64, bool) {
 	c := w.c
-	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {
 		start, commit, err := w.resolveStart()
 		if err == nil {
@@ -90,11 +92,11 @@ func (w *worker) start() (int64, bool) {
 			return 0, false
 		}
 		c.metrics.infraErrors.WithLabelValues(compSetup).Inc()
-		err = redactErr(err, c.secrets...)
+		err = redact.Err(err, c.secrets...)
 		if c.health.fail(compSetup, err) {
 			w.log.Warn("deciding the partition's start offset failed; retrying", "err", err)
 		}
-		if !w.pause(bo.next()) {
+		if !w.pause(bo.Next()) {
 			return 0, false
 		}
 	}
@@ -220,7 +222,7 @@ func (w *worker) rewind(rw *rewindError) bool {
 	// The log start is needed first: an offset before it is out of range,
 	// which the reader would retry forever.
 	var first int64
-	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {
 		ctx, cancel := context.WithTimeout(w.genCtx, 30*time.Second)
 		f, _, err := w.logBounds(ctx)
@@ -230,10 +232,10 @@ func (w *worker) rewind(rw *rewindError) bool {
 			break
 		}
 		c.metrics.infraErrors.WithLabelValues(compKafka).Inc()
-		if c.health.fail(compKafka, redactErr(err, c.secrets...)) {
-			w.log.Warn("rewinding to the database's position: listing offsets failed; retrying", "err", redactErr(err, c.secrets...))
+		if c.health.fail(compKafka, redact.Err(err, c.secrets...)) {
+			w.log.Warn("rewinding to the database's position: listing offsets failed; retrying", "err", redact.Err(err, c.secrets...))
 		}
-		if !w.pause(bo.next()) {
+		if !w.pause(bo.Next()) {
 			return false
 		}
 	}
@@ -265,7 +267,7 @@ func (w *worker) idleCheck() bool {
 	db, ok, err := c.positions.Read(ctx, c.pool, c.cfg.Topic, w.partition)
 	cancel()
 	if err != nil {
-		w.log.Debug("checking the partition's position while idle", "err", redactErr(err, c.secrets...))
+		w.log.Debug("checking the partition's position while idle", "err", redact.Err(err, c.secrets...))
 		return true
 	}
 	var rw *rewindError

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 )
 
 // recJob is one recording job of a partition: the ids of the succeeded
@@ -140,7 +142,7 @@ func (p *xpart) recorded(job *recJob) error {
 // records of other partitions waiting for these ids (claims) are released.
 func (p *xpart) record(ids []uuid.UUID, succ []*xrec, next int64) error {
 	w, c := p.w, p.c
-	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {
 		start := time.Now()
 		outside, err := p.recordOnce(ids, succ, next)
@@ -166,11 +168,11 @@ func (p *xpart) record(ids []uuid.UUID, succ []*xrec, next int64) error {
 			return err
 		}
 		c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
-		err = redactErr(err, c.secrets...)
+		err = redact.Err(err, c.secrets...)
 		if c.health.fail(compDatabase, err) {
 			w.log.Warn("recording handled events failed; pausing and retrying", "err", err, "records", len(ids))
 		}
-		if !w.pause(bo.next()) {
+		if !w.pause(bo.Next()) {
 			return errAbandoned
 		}
 	}

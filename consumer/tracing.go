@@ -14,6 +14,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/idempotency-dev/operator/consumer/version"
 )
 
@@ -124,7 +125,7 @@ func (b batchSpan) end(items []*item, err error, secrets []string) {
 		}
 		b.span.SetAttributes(attribute.Int("messaging.batch.duplicate_count", dups))
 		if err != nil {
-			b.span.SetStatus(codes.Error, redactText(err.Error(), secrets...))
+			b.span.SetStatus(codes.Error, redact.Text(err.Error(), secrets...))
 		}
 	}
 	b.span.End()
@@ -170,7 +171,7 @@ func (t *tracing) handlerSpan(ctx context.Context, it *item, secrets []string) (
 				kind = "unavailable"
 			}
 			span.SetAttributes(semconv.ErrorTypeKey.String(kind))
-			span.SetStatus(codes.Error, redactText(err.Error(), secrets...))
+			span.SetStatus(codes.Error, redact.Text(err.Error(), secrets...))
 		}
 		span.End()
 	}

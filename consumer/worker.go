@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idempotency-dev/operator/consumer/dedup"
+	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 )
 
 // worker consumes one Kafka partition for one group generation. kafka-go runs
@@ -87,7 +89,7 @@ func (w *worker) run(genCtx context.Context) {
 		return
 	}
 
-	fetchBackoff := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	fetchBackoff := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {
 		batch, err := w.collect()
 		if len(batch) == 0 {
@@ -96,17 +98,17 @@ func (w *worker) run(genCtx context.Context) {
 			}
 			if err != nil {
 				c.metrics.infraErrors.WithLabelValues(compKafka).Inc()
-				err = redactErr(err, c.secrets...)
+				err = redact.Err(err, c.secrets...)
 				if c.health.fail(compKafka, err) {
 					w.log.Warn("fetching from the broker failed; retrying", "err", err)
 				}
-				if !sleep(genCtx, fetchBackoff.next()) {
+				if !backoff.Sleep(genCtx, fetchBackoff.Next()) {
 					return
 				}
 			}
 			continue
 		}
-		fetchBackoff.reset()
+		fetchBackoff.Reset()
 		c.health.ok(compKafka)
 		next, err := w.process(batch)
 		var rw *rewindError
@@ -182,7 +184,7 @@ func (w *worker) collect() ([]kafka.Message, error) {
 // lasts. It reports false when the worker should stop.
 func (w *worker) commit(next, highWater int64) bool {
 	c := w.c
-	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {
 		start := time.Now()
 		err := w.gen.CommitOffsets(map[string]map[int]int64{c.cfg.Topic: {w.partition: next}})
@@ -209,7 +211,7 @@ func (w *worker) commit(next, highWater int64) bool {
 		if c.health.fail(compKafka, err) {
 			w.log.Warn("committing the offset failed; retrying", "offset", next, "err", err)
 		}
-		if !sleep(w.genCtx, bo.next()) {
+		if !backoff.Sleep(w.genCtx, bo.Next()) {
 			return false
 		}
 	}

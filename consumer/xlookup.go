@@ -9,6 +9,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idempotency-dev/operator/consumer/envelope"
+	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 )
 
 // accept decodes fetched records into the window and queues them for the
@@ -102,7 +104,7 @@ func (p *xpart) reject(r *xrec) {
 // (startLookup): it touches no session state.
 func (p *xpart) lookup(ids []uuid.UUID) (recorded, outside []bool, err error) {
 	w, c := p.w, p.c
-	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {
 		ctx, cancel := context.WithTimeout(p.lookCtx, 30*time.Second)
 		recorded, outside, err = c.inserter.Recorded(ctx, c.pool, ids)
@@ -117,10 +119,10 @@ func (p *xpart) lookup(ids []uuid.UUID) (recorded, outside []bool, err error) {
 			return nil, nil, errGenEnded
 		}
 		c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
-		if err = redactErr(err, c.secrets...); c.health.fail(compDatabase, err) {
+		if err = redact.Err(err, c.secrets...); c.health.fail(compDatabase, err) {
 			w.log.Warn("looking up event ids failed; pausing and retrying", "err", err)
 		}
-		if !sleep(p.lookCtx, bo.next()) {
+		if !backoff.Sleep(p.lookCtx, bo.Next()) {
 			return nil, nil, errGenEnded
 		}
 	}

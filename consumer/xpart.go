@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
@@ -220,7 +222,7 @@ func (p *xpart) close() {
 func (p *xpart) fetch(ctx context.Context) {
 	defer close(p.fetchDone)
 	c := p.c
-	bo := newBackoff(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {
 		select {
 		case p.room <- struct{}{}:
@@ -241,16 +243,16 @@ func (p *xpart) fetch(ctx context.Context) {
 				return
 			}
 			c.metrics.infraErrors.WithLabelValues(compKafka).Inc()
-			err = redactErr(err, c.secrets...)
+			err = redact.Err(err, c.secrets...)
 			if c.health.fail(compKafka, err) {
 				p.w.log.Warn("fetching from the broker failed; retrying", "err", err)
 			}
-			if !sleep(ctx, bo.next()) {
+			if !backoff.Sleep(ctx, bo.Next()) {
 				return
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		c.health.ok(compKafka)
 		if err := p.w.mem.holdRecord(ctx, &m); err != nil {
 			<-p.room
