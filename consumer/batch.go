@@ -8,62 +8,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/segmentio/kafka-go"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idempotency-dev/operator/consumer/envelope"
-	"github.com/idempotency-dev/operator/consumer/event"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
+	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 )
-
-type itemState uint8
-
-const (
-	stPending   itemState = iota // the handler is to run (or ran, once stHandled)
-	stHandled                    // the handler succeeded
-	stDuplicate                  // the id was processed before
-	stRejected                   // a reason applies; its policy says what happens
-)
-
-// item is one record of a batch and what became of it.
-type item struct {
-	msg      kafka.Message
-	ev       Event
-	decoded  bool
-	trace    TraceContext
-	hasTrace bool
-	// batch is the context of the span of the batch the record came in;
-	// invalid when tracing is off (tracing.go).
-	batch    trace.SpanContext
-	state    itemState
-	reason   Reason
-	policy   Policy
-	errText  string
-	attempts int
-	// poison is set when the event's handler ended the batch transaction
-	// itself or left a query result open on its connection: the
-	// transaction is redone without calling it again, and the event takes
-	// the handler_failed policy with this error text.
-	poison string
-	// ownRow is set when a handler of an earlier event ended the batch
-	// transaction before this event's handler ran: had it sent COMMIT, the
-	// dedup row the runtime inserted for this event is committed, without
-	// the event's effect. The redo then takes that row for this event's
-	// own, not for an earlier processing, and runs the handler.
-	ownRow bool
-}
-
-// infraError marks a failure of the database (or of a dependency the handler
-// declared Unavailable): the batch is rolled back and retried, never
-// dead-lettered.
-type infraError struct{ err error }
-
-func (e *infraError) Error() string { return e.err.Error() }
-func (e *infraError) Unwrap() error { return e.err }
-
-func infra(format string, err error) error {
-	return &infraError{fmt.Errorf(format, err)}
-}
 
 // process runs one batch to the point where its offset may be committed: the
 // database transaction has committed and every dead letter is acknowledged.
@@ -77,14 +28,14 @@ func infra(format string, err error) error {
 // after all of them.
 func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 	c := w.c
-	items := make([]item, len(batch))
-	if bs := w.startBatchSpan(batch); bs.on() {
-		defer func() { bs.end(itemPtrs(items), spanError(err), c.secrets) }()
+	items := make([]record.Item, len(batch))
+	if bs := w.startBatchSpan(batch); bs.On() {
+		defer func() { bs.End(record.Ptrs(items), spanError(err), c.secrets) }()
 	}
 	for i := range batch {
 		w.decode(&items[i], batch[i])
-		if it := &items[i]; it.state == stRejected && it.policy == PolicyStop {
-			return 0, w.stopError(it)
+		if it := &items[i]; it.State == record.Rejected && it.Policy == PolicyStop {
+			return 0, it.StopError()
 		}
 	}
 
@@ -97,7 +48,7 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 	// retry is the event whose handler failed and is to be called again
 	// after the pause retryWait, taken with no transaction open once the
 	// events before it are committed (see retryError).
-	var retry *item
+	var retry *record.Item
 	var retryWait time.Duration
 	for done := 0; done < len(items); {
 		n := w.guard.size(len(items) - done)
@@ -141,7 +92,7 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 			if redos++; redos <= len(part)+1 {
 				w.guard.safe = true
 				if re.poison != nil {
-					re.poison.poison = re.poisonText
+					re.poison.Poison = re.poisonText
 					if errors.Is(re.err, errTxEnded) {
 						markOwnRows(part, re.poison)
 					}
@@ -149,9 +100,9 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 				w.log.Debug("batch transaction given up; redoing it with a savepoint round trip per event", "err", redact.Err(re.err, c.secrets...))
 				continue
 			}
-			err = &infraError{re}
+			err = &record.InfraError{Err: re}
 		}
-		var ie *infraError
+		var ie *record.InfraError
 		if !errors.As(err, &ie) {
 			return 0, err // errAbandoned, ErrStopped or a *rewindError
 		}
@@ -176,7 +127,7 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 }
 
 // indexOf returns the index of it in items, or -1.
-func indexOf(items []item, it *item) int {
+func indexOf(items []record.Item, it *record.Item) int {
 	for i := range items {
 		if &items[i] == it {
 			return i
@@ -187,25 +138,25 @@ func indexOf(items []item, it *item) int {
 
 // partCommitted records a part's committed transaction: metrics, health,
 // the transaction size guard and the position the database now holds.
-func (w *worker) partCommitted(part []item, start time.Time) {
+func (w *worker) partCommitted(part []record.Item, start time.Time) {
 	c := w.c
-	c.metrics.txSeconds.Observe(time.Since(start).Seconds())
-	c.health.dbSucceeded()
-	if d := c.health.ok(compDatabase); d > 0 {
+	c.metrics.TxSeconds.Observe(time.Since(start).Seconds())
+	c.health.DBSucceeded()
+	if d := c.health.OK(telemetry.CompDatabase); d > 0 {
 		w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
 	}
 	w.guard.committed(c.cfg.BatchSize)
 	if !c.hooks.disableDedup {
 		// The part recorded its position: the next part's check
 		// must find the database behind if it lost this one.
-		w.dbPos = part[len(part)-1].msg.Offset + 1
+		w.dbPos = part[len(part)-1].Msg.Offset + 1
 	}
 }
 
 // splitRefused handles a COMMIT the database refused (commitRefused): it
 // halves the part (*split), or poisons the part's one event; true if the
 // part is to be tried again so.
-func (w *worker) splitRefused(part []item, err error, split *int) bool {
+func (w *worker) splitRefused(part []record.Item, err error, split *int) bool {
 	c := w.c
 	if refused := commitRefused(err); refused != nil {
 		// A deferred constraint or trigger refused the COMMIT because
@@ -217,8 +168,8 @@ func (w *worker) splitRefused(part []item, err error, split *int) bool {
 			w.log.Debug("the database refused the commit; splitting the transaction", "records", len(part), "err", redact.Err(refused, c.secrets...))
 			return true
 		}
-		if it := &part[0]; it.state == stHandled && it.poison == "" {
-			it.poison = redact.Text("the database refused to commit the event's writes: "+refused.Error(), c.secrets...)
+		if it := &part[0]; it.State == record.Handled && it.Poison == "" {
+			it.Poison = redact.Text("the database refused to commit the event's writes: "+refused.Error(), c.secrets...)
 			return true
 		}
 	}
@@ -229,7 +180,7 @@ func (w *worker) splitRefused(part []item, err error, split *int) bool {
 // commits fewer records per transaction, otherwise it reports the database's
 // failure and pauses. False if the generation ended or shutdown timed out
 // during the pause.
-func (w *worker) txFailed(part []item, err error, bo *backoff.Backoff) bool {
+func (w *worker) txFailed(part []record.Item, err error, bo *backoff.Backoff) bool {
 	c := w.c
 	timeout := isServerTimeout(err)
 	err = redact.Err(err, c.secrets...)
@@ -237,7 +188,7 @@ func (w *worker) txFailed(part []item, err error, bo *backoff.Backoff) bool {
 		// Retrying the same transaction would run into the same timeout
 		// forever (and repeat every handler's external calls): commit
 		// fewer records per transaction instead.
-		c.metrics.txTimeouts.WithLabelValues(c.cfg.Topic).Inc()
+		c.metrics.TxTimeouts.WithLabelValues(c.cfg.Topic).Inc()
 		if !w.guard.logged {
 			w.guard.logged = true
 			w.log.Warn("the database ended the batch transaction (server-side timeout); committing fewer records per transaction",
@@ -247,8 +198,8 @@ func (w *worker) txFailed(part []item, err error, bo *backoff.Backoff) bool {
 		}
 		return true
 	}
-	c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
-	if c.health.fail(compDatabase, err) {
+	c.metrics.InfraErrors.WithLabelValues(telemetry.CompDatabase).Inc()
+	if c.health.Fail(telemetry.CompDatabase, err) {
 		msg := "batch transaction failed; pausing and retrying"
 		if timeout {
 			// One record's handler alone outlasts the server's timeout:
@@ -264,13 +215,13 @@ func (w *worker) txFailed(part []item, err error, bo *backoff.Backoff) bool {
 
 // markOwnRows flags the events of part after poison whose handlers had not
 // run when poison's handler ended the transaction, and whose ids were fresh
-// in it (see item.ownRow); it clears the flag of the others, whose rows, if
+// in it (see item.OwnRow); it clears the flag of the others, whose rows, if
 // committed, hold their effects.
-func markOwnRows(part []item, poison *item) {
+func markOwnRows(part []record.Item, poison *record.Item) {
 	after := false
 	for i := range part {
 		it := &part[i]
-		it.ownRow = after && it.decoded && it.state == stPending && it.ev.Deduplicated
+		it.OwnRow = after && it.Decoded && it.State == record.Pending && it.Ev.Deduplicated
 		if it == poison {
 			after = true
 		}
@@ -314,41 +265,13 @@ func (w *worker) retryPause(d time.Duration) bool {
 	}
 }
 
-func (w *worker) decode(it *item, m kafka.Message) {
-	c := w.c
-	it.msg = m
-	headers := make([]Header, len(m.Headers))
-	eh := make([]envelope.Header, len(m.Headers))
-	for i, h := range m.Headers {
-		headers[i] = Header{Key: h.Key, Value: h.Value}
-		eh[i] = envelope.Header{Key: h.Key, Value: h.Value}
-	}
-	it.ev = Event{Key: m.Key, Headers: headers, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
-	it.trace, it.hasTrace = event.TraceFromHeaders(headers)
-	it.batch = w.span
-	d, err := envelope.Decode(m.Value, eh, c.cfg.Envelope)
-	if err != nil {
-		var de *envelope.Error
-		if errors.As(err, &de) {
-			it.reason = de.Reason
-		} else {
-			it.reason = ReasonNotJSON
-		}
-		it.errText = err.Error()
-		it.state = stRejected
-		it.policy = c.cfg.Policies[it.reason]
-		return
-	}
-	it.decoded = true
-	it.ev.ID, it.ev.Type, it.ev.OccurredAt, it.ev.Payload = d.ID, d.Type, d.OccurredAt, d.Payload
-}
-
-func (w *worker) stopError(it *item) error {
-	return fmt.Errorf("%w: %s: %s partition %d offset %d: %s", ErrStopped, it.reason, it.msg.Topic, it.msg.Partition, it.msg.Offset, it.errText)
+// decode decodes m into it, stamped with the current batch span.
+func (w *worker) decode(it *record.Item, m kafka.Message) {
+	record.Decode(it, m, w.span, w.c.cfg.Envelope, w.c.cfg.Policies)
 }
 
 // transact runs one attempt of the batch transaction.
-func (w *worker) transact(items []item) error {
+func (w *worker) transact(items []record.Item) error {
 	c := w.c
 	ctx := w.hardCtx
 	// Reset what a failed attempt may have decided.
@@ -356,20 +279,20 @@ func (w *worker) transact(items []item) error {
 	pos := make([]int, 0, len(items))
 	for i := range items {
 		it := &items[i]
-		if !it.decoded {
+		if !it.Decoded {
 			continue
 		}
 		// attempts carries over: an event's failed attempts count across
 		// the transactions of its batch (see retryError).
-		it.state, it.reason, it.policy, it.errText = stPending, "", "", ""
-		it.ev.Deduplicated = true
-		ids = append(ids, it.ev.ID)
+		it.State, it.Reason, it.Policy, it.ErrText = record.Pending, "", "", ""
+		it.Ev.Deduplicated = true
+		ids = append(ids, it.Ev.ID)
 		pos = append(pos, i)
 	}
 
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
-		return infra("beginning transaction: %w", err)
+		return record.Infra("beginning transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after Commit
 
@@ -383,33 +306,33 @@ func (w *worker) transact(items []item) error {
 	if len(ids) > 0 && !c.hooks.disableDedup {
 		res, err := w.inserter.Insert(ctx, tx, ids)
 		if err != nil {
-			return infra("recording event ids: %w", err)
+			return record.Infra("recording event ids: %w", err)
 		}
 		for k, i := range pos {
 			it := &items[i]
 			switch {
 			case res.Outside[k]:
-				it.reason = ReasonOutsideWindow
-				it.errText = fmt.Sprintf("event id %s (time %s) is outside the dedup window [%s, %s)",
-					it.ev.ID, envelope.Time(it.ev.ID).Format(time.RFC3339), res.Window.From.Format(time.RFC3339), res.Window.To.Format(time.RFC3339))
-				it.policy = c.cfg.Policies[ReasonOutsideWindow]
-				switch it.policy {
+				it.Reason = ReasonOutsideWindow
+				it.ErrText = fmt.Sprintf("event id %s (time %s) is outside the dedup window [%s, %s)",
+					it.Ev.ID, envelope.Time(it.Ev.ID).Format(time.RFC3339), res.Window.From.Format(time.RFC3339), res.Window.To.Format(time.RFC3339))
+				it.Policy = c.cfg.Policies[ReasonOutsideWindow]
+				switch it.Policy {
 				case PolicyProcess:
-					it.ev.Deduplicated = false
+					it.Ev.Deduplicated = false
 				case PolicyStop:
-					return w.stopError(it)
+					return it.StopError()
 				default:
-					it.state = stRejected
+					it.State = record.Rejected
 				}
-			case !res.Fresh[k] && !it.ownRow:
-				it.state = stDuplicate
+			case !res.Fresh[k] && !it.OwnRow:
+				it.State = record.Duplicate
 			}
 		}
 	}
 
 	sps := newTxSavepoints(tx, w.guard.safe)
 	for i := range items {
-		if items[i].state != stPending {
+		if items[i].State != record.Pending {
 			continue
 		}
 		if err := w.handle(ctx, tx, &items[i], sps); err != nil {
@@ -419,20 +342,20 @@ func (w *worker) transact(items []item) error {
 	if err := tx.Commit(ctx); err != nil {
 		// If the commit did happen after all, the retry finds every id
 		// already recorded and runs no handler: the effect stays single.
-		return infra("committing: %w", &commitError{err})
+		return record.Infra("committing: %w", &commitError{err})
 	}
 	return nil
 }
 
 // deadLetter writes the batch's dead letters, retrying until the broker has
 // them all or the generation ends.
-func (w *worker) deadLetter(items []item) error {
+func (w *worker) deadLetter(items []record.Item) error {
 	c := w.c
 	var msgs []kafka.Message
 	now := time.Now()
 	for i := range items {
 		it := &items[i]
-		if it.state == stRejected && it.policy == PolicyDeadLetter {
+		if it.State == record.Rejected && it.Policy == PolicyDeadLetter {
 			msgs = append(msgs, c.deadLetterMessage(it, now))
 		}
 	}
@@ -443,14 +366,14 @@ func (w *worker) deadLetter(items []item) error {
 	for {
 		err := c.writeDeadLetters(w.hardCtx, msgs)
 		if err == nil {
-			if d := c.health.ok(compDLQ); d > 0 {
+			if d := c.health.OK(telemetry.CompDLQ); d > 0 {
 				w.log.Info("dead-letter topic writable again", "outage", d.Round(time.Millisecond))
 			}
 			return nil
 		}
-		c.metrics.infraErrors.WithLabelValues(compDLQ).Inc()
+		c.metrics.InfraErrors.WithLabelValues(telemetry.CompDLQ).Inc()
 		err = redact.Err(err, c.secrets...)
-		if c.health.fail(compDLQ, err) {
+		if c.health.Fail(telemetry.CompDLQ, err) {
 			w.log.Warn("writing to the dead-letter topic failed; retrying, offset held", "err", err, "topic", c.cfg.DeadLetterTopic)
 		}
 		if !w.pause(bo.Next()) {
@@ -460,39 +383,39 @@ func (w *worker) deadLetter(items []item) error {
 }
 
 // count updates metrics and logs the batch's outcome, once it is final.
-func (w *worker) count(items []item) {
+func (w *worker) count(items []record.Item) {
 	c := w.c
 	t := c.cfg.Topic
 	var handled, dups int
 	for i := range items {
 		it := &items[i]
-		if it.reason == ReasonOutsideWindow {
-			c.metrics.outsideWindow.WithLabelValues(t).Inc()
+		if it.Reason == ReasonOutsideWindow {
+			c.metrics.OutsideWindow.WithLabelValues(t).Inc()
 		}
-		switch it.state {
-		case stHandled:
+		switch it.State {
+		case record.Handled:
 			handled++
-		case stDuplicate:
+		case record.Duplicate:
 			dups++
-		case stRejected:
-			attrs := []any{"offset", it.msg.Offset, "reason", it.reason, "policy", it.policy, "err", it.errText}
-			if it.decoded {
-				attrs = append(attrs, "eventId", it.ev.ID)
+		case record.Rejected:
+			attrs := []any{"offset", it.Msg.Offset, "reason", it.Reason, "policy", it.Policy, "err", it.ErrText}
+			if it.Decoded {
+				attrs = append(attrs, "eventId", it.Ev.ID)
 			}
-			switch it.policy {
+			switch it.Policy {
 			case PolicyDeadLetter:
-				c.metrics.deadLettered.WithLabelValues(t, string(it.reason)).Inc()
+				c.metrics.DeadLettered.WithLabelValues(t, string(it.Reason)).Inc()
 				w.log.Warn("event dead-lettered", attrs...)
 			case PolicySkip:
-				c.metrics.skipped.WithLabelValues(t, string(it.reason)).Inc()
+				c.metrics.Skipped.WithLabelValues(t, string(it.Reason)).Inc()
 				w.log.Warn("event skipped by policy", attrs...)
 			}
 		}
 	}
-	c.metrics.processed.WithLabelValues(t).Add(float64(handled))
-	c.metrics.duplicates.WithLabelValues(t).Add(float64(dups))
-	c.metrics.batchSize.Observe(float64(len(items)))
-	c.metrics.batches.WithLabelValues(t).Inc()
+	c.metrics.Processed.WithLabelValues(t).Add(float64(handled))
+	c.metrics.Duplicates.WithLabelValues(t).Add(float64(dups))
+	c.metrics.BatchSize.Observe(float64(len(items)))
+	c.metrics.Batches.WithLabelValues(t).Inc()
 	w.log.Debug("batch committed", "records", len(items), "handled", handled, "duplicates", dups,
-		"first", items[0].msg.Offset, "last", items[len(items)-1].msg.Offset)
+		"first", items[0].Msg.Offset, "last", items[len(items)-1].Msg.Offset)
 }

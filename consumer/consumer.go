@@ -17,7 +17,13 @@ import (
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
+	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 )
+
+// shutdownSlack is how long Run waits, once the shutdown timeout is over and
+// the handlers' contexts are done, for the partition workers to roll back
+// and return; after it Run returns without them (telemetry.Calls.Abandon).
+const shutdownSlack = 2 * time.Second
 
 // Consumer consumes one topic in one consumer group with an exactly-once
 // effect: see the package documentation.
@@ -25,9 +31,9 @@ type Consumer struct {
 	cfg      Config
 	handler  Handler
 	log      *slog.Logger
-	metrics  *metrics
+	metrics  *telemetry.Metrics
 	gatherer prometheus.Gatherer
-	health   *health
+	health   *telemetry.Health
 	kafka    *kafkaClients
 	secrets  []string
 	hooks    hooks
@@ -39,13 +45,13 @@ type Consumer struct {
 	external ExternalHandler
 	inFlight *slots
 	claims   *claims
-	xm       *xmetrics
+	xm       *telemetry.ExternalMetrics
 	// mem is the process-wide memory budget (membudget.go).
 	mem *memBudget
 	// tracing starts the batch and handler spans (tracing.go).
-	tracing *tracing
+	tracing *telemetry.Tracing
 	// calls are the handler calls running (inflight.go).
-	calls *handlerCalls
+	calls *telemetry.Calls
 
 	mu      sync.Mutex
 	pool    *pgxpool.Pool
@@ -86,7 +92,7 @@ func newConsumer(cfg Config, h Handler) (*Consumer, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	c := &Consumer{cfg: cfg, handler: h, calls: newHandlerCalls()}
+	c := &Consumer{cfg: cfg, handler: h, calls: telemetry.NewCalls()}
 	c.secrets = append(c.secrets, redact.DSNSecrets(cfg.DatabaseURL)...)
 	if cfg.SASL.Password != "" {
 		c.secrets = append(c.secrets, cfg.SASL.Password)
@@ -106,29 +112,29 @@ func newConsumer(cfg Config, h Handler) (*Consumer, error) {
 			c.gatherer = prometheus.DefaultGatherer
 		}
 	}
-	m, err := newMetrics(reg)
+	m, err := telemetry.NewMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	c.metrics = m
-	if c.xm, err = newXMetrics(reg); err != nil {
+	if c.xm, err = telemetry.NewExternalMetrics(reg); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	if c.mem, err = newMemBudget(cfg.MemoryBudget, reg); err != nil {
 		return nil, err
 	}
-	c.health = newHealth(func(ready bool) {
+	c.health = telemetry.NewHealth(func(ready bool) {
 		if ready {
-			m.ready.Set(1)
+			m.Ready.Set(1)
 		} else {
-			m.ready.Set(0)
+			m.Ready.Set(0)
 		}
 	})
 	c.kafka, err = newKafkaClients(cfg)
 	if err != nil {
 		return nil, cfgErr("SASL", "%v", err)
 	}
-	c.tracing = newTracing(cfg.TracerProvider, cfg.Topic, cfg.Group)
+	c.tracing = telemetry.NewTracing(cfg.TracerProvider, cfg.Topic, cfg.Group)
 	c.inserter, err = dedup.NewInserter(cfg.Table, cfg.Group)
 	if err != nil {
 		return nil, cfgErr("Table", "%v", err)
@@ -183,7 +189,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		case <-hardCtx.Done():
 			return
 		}
-		c.health.setStopping(true)
+		c.health.SetStopping(true)
 		t := time.NewTimer(c.cfg.ShutdownTimeout)
 		defer t.Stop()
 		select {
@@ -201,8 +207,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}()
 
-	c.health.setRunning(true)
-	defer c.health.setRunning(false)
+	c.health.SetRunning(true)
+	defer c.health.SetRunning(false)
 	c.log.Info("consumer starting", "config", c.cfg)
 
 	if err := c.open(hardCtx); err != nil {
@@ -264,22 +270,22 @@ func (c *Consumer) Run(ctx context.Context) error {
 			if errors.Is(err, kafka.ErrGroupClosed) || runCtx.Err() != nil {
 				break
 			}
-			c.health.setJoined(false)
-			c.metrics.infraErrors.WithLabelValues(compGroup).Inc()
+			c.health.SetJoined(false)
+			c.metrics.InfraErrors.WithLabelValues(telemetry.CompGroup).Inc()
 			err = redact.Err(err, c.secrets...)
-			if c.health.fail(compGroup, err) || time.Since(groupErrAt) > 30*time.Second {
+			if c.health.Fail(telemetry.CompGroup, err) || time.Since(groupErrAt) > 30*time.Second {
 				c.log.Warn("joining the consumer group failed; retrying", "err", err)
 				groupErrAt = time.Now()
 			}
 			continue
 		}
-		if d := c.health.ok(compGroup); d > 0 {
+		if d := c.health.OK(telemetry.CompGroup); d > 0 {
 			c.log.Info("consumer group reachable again", "outage", d.Round(time.Millisecond))
 		}
-		c.health.setJoined(true)
-		c.metrics.rebalances.Inc()
+		c.health.SetJoined(true)
+		c.metrics.Rebalances.Inc()
 		assigned := gen.Assignments[c.cfg.Topic]
-		c.metrics.assigned.Set(float64(len(assigned)))
+		c.metrics.Assigned.Set(float64(len(assigned)))
 		parts := make([]int, len(assigned))
 		for i, a := range assigned {
 			parts[i] = a.ID
@@ -298,11 +304,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// they do when they return is rolled back (their context is done),
 		// and the member leaves the group by its session timeout.
 		abandoned = true
-		n := c.calls.abandon(c.log)
+		n := c.calls.Abandon(c.log)
 		c.log.Warn("shutdown: stopped waiting for partition workers after the shutdown timeout; nothing they hold is recorded or committed",
 			"handlerCalls", n, "timeout", c.cfg.ShutdownTimeout)
 	}
-	c.health.setJoined(false)
+	c.health.SetJoined(false)
 	c.log.Info("consumer stopped")
 	return c.result(runCtx)
 }
@@ -396,7 +402,7 @@ func (c *Consumer) setup(ctx context.Context) (bool, error) {
 			err = c.checkTopics(ctx, c.cfg.Topic, c.cfg.DeadLetterTopic)
 		}
 		if err == nil {
-			c.health.ok(compSetup)
+			c.health.OK(telemetry.CompSetup)
 			c.checkDurability(ctx)
 			return true, nil
 		}
@@ -404,7 +410,7 @@ func (c *Consumer) setup(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 		err = redact.Err(err, c.secrets...)
-		c.health.fail(compSetup, err)
+		c.health.Fail(telemetry.CompSetup, err)
 		if err.Error() != lastLogged {
 			c.log.Warn("waiting for dependencies", "err", err)
 			lastLogged = err.Error()
@@ -452,10 +458,10 @@ func (c *Consumer) checkDurability(ctx context.Context) {
 	}
 	risks := d.Risks()
 	for _, reason := range []string{dedup.RiskSynchronousCommitOff, dedup.RiskAsyncStandby} {
-		c.metrics.durabilityRisk.WithLabelValues(reason).Set(0)
+		c.metrics.DurabilityRisk.WithLabelValues(reason).Set(0)
 	}
 	for _, r := range risks {
-		c.metrics.durabilityRisk.WithLabelValues(r.Reason).Set(1)
+		c.metrics.DurabilityRisk.WithLabelValues(r.Reason).Set(1)
 		c.log.Warn("the database can lose acknowledged commits; the positions table makes the consumer redo them from Kafka while the topic still holds the records",
 			"reason", r.Reason, "detail", r.Message)
 	}

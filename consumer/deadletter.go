@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/segmentio/kafka-go"
 )
@@ -176,8 +177,8 @@ func limitUnreadable(err error) bool {
 }
 
 // deadLetterMessage builds the record written to the dead-letter topic.
-func (c *Consumer) deadLetterMessage(it *item, now time.Time) kafka.Message {
-	m := it.msg
+func (c *Consumer) deadLetterMessage(it *record.Item, now time.Time) kafka.Message {
+	m := it.Msg
 	headers := make([]kafka.Header, 0, len(m.Headers)+10)
 	for _, h := range m.Headers {
 		if !strings.HasPrefix(h.Key, DeadLetterHeaderPrefix) {
@@ -185,12 +186,12 @@ func (c *Consumer) deadLetterMessage(it *item, now time.Time) kafka.Message {
 		}
 	}
 	// Redact before truncating: a cut secret would no longer match.
-	errText := redact.Text(it.errText, c.secrets...)
+	errText := redact.Text(it.ErrText, c.secrets...)
 	if len(errText) > maxErrorHeader {
 		errText = errText[:maxErrorHeader]
 	}
 	add := func(k, v string) { headers = append(headers, kafka.Header{Key: k, Value: []byte(v)}) }
-	add(HeaderDLQReason, string(it.reason))
+	add(HeaderDLQReason, string(it.Reason))
 	add(HeaderDLQError, errText)
 	add(HeaderDLQOriginalTopic, m.Topic)
 	add(HeaderDLQOriginalPartition, strconv.Itoa(m.Partition))
@@ -199,11 +200,11 @@ func (c *Consumer) deadLetterMessage(it *item, now time.Time) kafka.Message {
 		add(HeaderDLQOriginalTimestamp, m.Time.UTC().Format(time.RFC3339Nano))
 	}
 	add(HeaderDLQConsumerGroup, c.cfg.Group)
-	if it.decoded {
-		add(HeaderDLQEventID, it.ev.ID.String())
+	if it.Decoded {
+		add(HeaderDLQEventID, it.Ev.ID.String())
 	}
-	if it.attempts > 0 {
-		add(HeaderDLQAttempts, strconv.Itoa(it.attempts))
+	if it.Attempts > 0 {
+		add(HeaderDLQAttempts, strconv.Itoa(it.Attempts))
 	}
 	add(HeaderDLQTime, now.UTC().Format(time.RFC3339Nano))
 	// Time stays zero (kafka-go stamps the write time): recordSize's bound on

@@ -66,7 +66,7 @@ func (c *Consumer) reportDropped(msgs []kafka.Message, limit int) {
 		if headerValue(*m, HeaderDLQValueDropped) == "" {
 			continue
 		}
-		c.metrics.deadLetterValuesDropped.WithLabelValues(c.cfg.Topic).Inc()
+		c.metrics.DeadLetterValuesDropped.WithLabelValues(c.cfg.Topic).Inc()
 		attrs := []any{
 			"deadLetterTopic", c.cfg.DeadLetterTopic,
 			"partition", headerValue(*m, HeaderDLQOriginalPartition),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -46,7 +47,7 @@ type txSavepoints struct {
 	// owner is the event whose handler ran last with the established
 	// savepoint: were the savepoint found gone, its handler ended the
 	// transaction (COMMIT AND CHAIN, COMMIT; BEGIN) or released it.
-	owner *item
+	owner *record.Item
 }
 
 // savepointGone reports the server saying a savepoint does not exist

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
+	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 )
 
 // Ordering is which records of one partition may be handled concurrently.
@@ -114,9 +115,9 @@ const (
 // using an attempt, and so do RetryLater errors within RetryLaterMax.
 func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 	c := p.w.c
-	hctx := ContextWithEvent(ctx, &r.ev)
-	if r.hasTrace {
-		hctx = ContextWithTrace(hctx, r.trace)
+	hctx := ContextWithEvent(ctx, &r.Ev)
+	if r.HasTrace {
+		hctx = ContextWithTrace(hctx, r.Trace)
 	}
 	bo := backoff.New(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax)
 	unavail := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
@@ -126,18 +127,18 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 		if !c.inFlight.acquire(ctx, r.prio) {
 			return outAbandoned
 		}
-		c.xm.calls.WithLabelValues(c.cfg.Topic).Inc()
+		c.xm.Calls.WithLabelValues(c.cfg.Topic).Inc()
 		began := time.Now()
 		err := p.tracedInvoke(hctx, r)
 		c.inFlight.release(time.Since(began))
-		c.xm.calls.WithLabelValues(c.cfg.Topic).Dec()
+		c.xm.Calls.WithLabelValues(c.cfg.Topic).Dec()
 		if p.w.hardCtx.Err() != nil {
 			// Returned after the shutdown timeout: Run gave the call up
 			// (inflight.go), and nothing of it is recorded.
 			return outAbandoned
 		}
 		if err == nil {
-			if c.health.ok(compHandler) > 0 {
+			if c.health.OK(telemetry.CompHandler) > 0 {
 				p.w.log.Info("the handler's dependency is available again")
 			}
 			return outSucceeded
@@ -145,12 +146,12 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 		if ctx.Err() != nil {
 			return outAbandoned
 		}
-		c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
+		c.metrics.HandlerErrors.WithLabelValues(c.cfg.Topic).Inc()
 		text := redact.Text(err.Error(), c.secrets...)
 		if IsUnavailable(err) {
-			c.metrics.infraErrors.WithLabelValues(compHandler).Inc()
-			if c.health.fail(compHandler, errors.New(text)) {
-				p.w.log.Warn("the handler's dependency is unavailable; pausing the event and retrying", "offset", r.ev.Offset, "eventId", r.ev.ID, "err", text)
+			c.metrics.InfraErrors.WithLabelValues(telemetry.CompHandler).Inc()
+			if c.health.Fail(telemetry.CompHandler, errors.New(text)) {
+				p.w.log.Warn("the handler's dependency is unavailable; pausing the event and retrying", "offset", r.Ev.Offset, "eventId", r.Ev.ID, "err", text)
 			}
 			if !backoff.Sleep(ctx, unavail.Next()) {
 				return outAbandoned
@@ -166,22 +167,22 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 			}
 			d = min(d, c.cfg.RetryLaterMax-paused)
 			paused += d
-			r.errText = text
-			c.xm.retryLater.WithLabelValues(c.cfg.Topic).Inc()
-			p.w.log.Debug("handler asked to retry later; pausing without using an attempt", "offset", r.ev.Offset, "eventId", r.ev.ID, "pause", d, "err", text)
+			r.ErrText = text
+			c.xm.RetryLater.WithLabelValues(c.cfg.Topic).Inc()
+			p.w.log.Debug("handler asked to retry later; pausing without using an attempt", "offset", r.Ev.Offset, "eventId", r.Ev.ID, "pause", d, "err", text)
 			if paused >= c.cfg.RetryLaterMax {
-				p.w.log.Warn("the handler's answers asked to retry later for RetryLaterMax; further ones use attempts", "offset", r.ev.Offset, "eventId", r.ev.ID, "retryLaterMax", c.cfg.RetryLaterMax, "err", text)
+				p.w.log.Warn("the handler's answers asked to retry later for RetryLaterMax; further ones use attempts", "offset", r.Ev.Offset, "eventId", r.Ev.ID, "retryLaterMax", c.cfg.RetryLaterMax, "err", text)
 			}
 			if !backoff.Sleep(ctx, d) {
 				return outAbandoned
 			}
 			continue
 		}
-		r.attempts, r.errText = attempt, text
+		r.Attempts, r.ErrText = attempt, text
 		if IsPermanent(err) || attempt >= c.cfg.HandlerMaxAttempts {
 			return outFailed
 		}
-		p.w.log.Debug("handler failed; retrying", "offset", r.ev.Offset, "eventId", r.ev.ID, "attempt", attempt, "err", text)
+		p.w.log.Debug("handler failed; retrying", "offset", r.Ev.Offset, "eventId", r.Ev.ID, "attempt", attempt, "err", text)
 		attempt++
 		if !backoff.Sleep(ctx, bo.Next()) {
 			return outAbandoned
@@ -197,6 +198,6 @@ func (p *xpart) invoke(ctx context.Context, ev *Event) (err error) {
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
-	defer p.w.c.calls.start(ev)()
+	defer p.w.c.calls.Start(ev)()
 	return p.w.c.external(ctx, ev)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/jackc/pgx/v5"
 )
@@ -30,22 +31,22 @@ import (
 // transaction (a *retryError): the pause is taken with no transaction open,
 // and the attempt count lives in the item, so it carries over to the next
 // transaction. Only a zero pause (HandlerBackoff 0) retries in place.
-func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoints) error {
+func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *record.Item, sps *txSavepoints) error {
 	c := w.c
-	if it.poison != "" {
-		it.attempts, it.errText = 1, it.poison
+	if it.Poison != "" {
+		it.Attempts, it.ErrText = 1, it.Poison
 		return w.handlerFailed(ctx, tx, it)
 	}
 	et := newEventTx(tx, sps)
 	defer func() { et.done = true }()
 
-	hctx := ContextWithEvent(ctx, &it.ev)
-	if it.hasTrace {
-		hctx = ContextWithTrace(hctx, it.trace)
+	hctx := ContextWithEvent(ctx, &it.Ev)
+	if it.HasTrace {
+		hctx = ContextWithTrace(hctx, it.Trace)
 	}
 	pc := tx.Conn().PgConn()
 	for {
-		attempt := it.attempts + 1
+		attempt := it.Attempts + 1
 		err := w.tracedCall(hctx, et, it)
 		if ctx.Err() != nil {
 			return errAbandoned
@@ -63,7 +64,7 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 			return w.txEnded(sps.owner, fmt.Errorf("%w (the runtime's savepoint was gone after it returned)", errTxEnded), nil)
 		}
 		if et.failed != nil {
-			return &infraError{fmt.Errorf("opening the event's savepoint: %w", et.failed)}
+			return &record.InfraError{Err: fmt.Errorf("opening the event's savepoint: %w", et.failed)}
 		}
 		if et.redo != nil {
 			return &redoError{err: fmt.Errorf("the handler's statement broke the transaction before the event's savepoint was established: %w", et.redo)}
@@ -72,7 +73,7 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 			if err == nil {
 				err = errConnLost
 			}
-			return &infraError{fmt.Errorf("handler: %w", err)}
+			return &record.InfraError{Err: fmt.Errorf("handler: %w", err)}
 		}
 		var ended error
 		if pc.IsBusy() {
@@ -103,12 +104,12 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 			}
 		}
 		if err == nil {
-			it.state = stHandled
+			it.State = record.Handled
 			return nil
 		}
-		c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
+		c.metrics.HandlerErrors.WithLabelValues(c.cfg.Topic).Inc()
 		if handlerInfra(err) {
-			return &infraError{fmt.Errorf("handler: %w", err)}
+			return &record.InfraError{Err: fmt.Errorf("handler: %w", err)}
 		}
 		if et.opened {
 			if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+et.savepoint()); rbErr != nil {
@@ -118,16 +119,16 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 					return w.txEnded(it, fmt.Errorf("%w (the runtime's savepoint was gone after it returned)", errTxEnded), err)
 				}
 				// The connection or transaction is gone: not the event's fault.
-				return &infraError{fmt.Errorf("handler failed and rolling back to its savepoint failed: %w", errors.Join(err, rbErr))}
+				return &record.InfraError{Err: fmt.Errorf("handler failed and rolling back to its savepoint failed: %w", errors.Join(err, rbErr))}
 			}
 		}
-		it.attempts = attempt
-		it.errText = redact.Text(err.Error(), c.secrets...)
+		it.Attempts = attempt
+		it.ErrText = redact.Text(err.Error(), c.secrets...)
 		if IsPermanent(err) || attempt >= c.cfg.HandlerMaxAttempts {
 			return w.handlerFailed(ctx, tx, it)
 		}
 		d := backoff.At(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax, attempt)
-		w.log.Debug("handler failed; retrying", "offset", it.ev.Offset, "eventId", it.ev.ID, "attempt", attempt, "pause", d, "err", it.errText)
+		w.log.Debug("handler failed; retrying", "offset", it.Ev.Offset, "eventId", it.Ev.ID, "attempt", attempt, "pause", d, "err", it.ErrText)
 		if d > 0 {
 			// Never wait with the transaction open: the server may end
 			// an idle one (idle_in_transaction_session_timeout), and it
@@ -141,9 +142,9 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *item, sps *txSavepoi
 // (ended wraps errTxEnded) or left unusable: it is not called again and
 // takes the handler_failed policy, with its own error err, if any, in the
 // text.
-func (w *worker) txEnded(it *item, ended, err error) error {
+func (w *worker) txEnded(it *record.Item, ended, err error) error {
 	c := w.c
-	c.metrics.handlerErrors.WithLabelValues(c.cfg.Topic).Inc()
+	c.metrics.HandlerErrors.WithLabelValues(c.cfg.Topic).Inc()
 	text := ended.Error()
 	if err != nil {
 		text += ": " + err.Error()
@@ -159,26 +160,26 @@ func (w *worker) call(ctx context.Context, tx pgx.Tx, ev *Event) (err error) {
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
-	defer w.c.calls.start(ev)()
+	defer w.c.calls.Start(ev)()
 	return w.c.handler(ctx, tx, ev)
 }
 
 // handlerFailed applies the handler_failed policy to an event whose attempts
 // are used up.
-func (w *worker) handlerFailed(ctx context.Context, tx pgx.Tx, it *item) error {
-	it.reason = ReasonHandlerFailed
-	it.policy = w.c.cfg.Policies[ReasonHandlerFailed]
-	if it.policy == PolicyStop {
-		return w.stopError(it)
+func (w *worker) handlerFailed(ctx context.Context, tx pgx.Tx, it *record.Item) error {
+	it.Reason = ReasonHandlerFailed
+	it.Policy = w.c.cfg.Policies[ReasonHandlerFailed]
+	if it.Policy == PolicyStop {
+		return it.StopError()
 	}
-	if it.ev.Deduplicated && !w.c.hooks.disableDedup {
+	if it.Ev.Deduplicated && !w.c.hooks.disableDedup {
 		// Take the id back out of the dedup table, in this transaction: the
 		// event had no effect, and replaying it from the dead-letter topic
 		// once the cause is fixed must not be skipped as a duplicate.
-		if err := w.c.forget(ctx, tx, it.ev.ID); err != nil {
-			return infra("removing the dedup row of a failed event: %w", err)
+		if err := w.c.forget(ctx, tx, it.Ev.ID); err != nil {
+			return record.Infra("removing the dedup row of a failed event: %w", err)
 		}
 	}
-	it.state = stRejected
+	it.State = record.Rejected
 	return nil
 }

@@ -30,7 +30,7 @@ func (l *lanes) laneOf(r *xrec) (string, bool) {
 	case OrderingUnordered:
 		return "", false
 	case OrderingKey:
-		return string(r.msg.Key), true
+		return string(r.Msg.Key), true
 	default:
 		return "", true
 	}

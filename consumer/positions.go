@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
+	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 )
@@ -81,7 +83,7 @@ func (w *worker) start() (int64, bool) {
 	for {
 		start, commit, err := w.resolveStart()
 		if err == nil {
-			c.health.ok(compSetup)
+			c.health.OK(telemetry.CompSetup)
 			w.assignStart = start
 			if commit && !w.commit(start, -1) {
 				return 0, false
@@ -91,9 +93,9 @@ func (w *worker) start() (int64, bool) {
 		if w.genCtx.Err() != nil || w.hardCtx.Err() != nil {
 			return 0, false
 		}
-		c.metrics.infraErrors.WithLabelValues(compSetup).Inc()
+		c.metrics.InfraErrors.WithLabelValues(telemetry.CompSetup).Inc()
 		err = redact.Err(err, c.secrets...)
-		if c.health.fail(compSetup, err) {
+		if c.health.Fail(telemetry.CompSetup, err) {
 			w.log.Warn("deciding the partition's start offset failed; retrying", "err", err)
 		}
 		if !w.pause(bo.Next()) {
@@ -145,7 +147,7 @@ func (w *worker) resolveStart() (start int64, commit bool, err error) {
 		w.dbPos = start
 	case db < start:
 		w.dbPos = db
-		c.metrics.rewinds.WithLabelValues(c.cfg.Topic).Inc()
+		c.metrics.Rewinds.WithLabelValues(c.cfg.Topic).Inc()
 		w.log.Warn("the database's position is behind the committed offset: starting from the database's (it lost committed batches, e.g. in a failover to an asynchronous standby; the dedup rows absorb what survived)",
 			"committedOffset", start, "databasePosition", db)
 		start = w.clampToLog(db, first, posDatabase)
@@ -179,7 +181,7 @@ func (w *worker) clampToLog(off, first int64, what string) int64 {
 	if off >= first {
 		return off
 	}
-	w.c.metrics.lostToRetention.WithLabelValues(w.c.cfg.Topic).Add(float64(first - off))
+	w.c.metrics.LostToRetention.WithLabelValues(w.c.cfg.Topic).Add(float64(first - off))
 	w.log.Error("records lost: the partition's position is before the start of the log; the records in between were deleted by the topic's retention before their effects were durable, and are never processed",
 		"position", off, "positionOf", what, "logStart", first, "records", first-off)
 	return first
@@ -189,15 +191,15 @@ func (w *worker) clampToLog(off, first int64, what string) int64 {
 // batch transaction) and checks the position it replaces: behind the one this
 // worker recorded last means the database lost committed transactions, and
 // the batch must not commit on top of the gap (*rewindError).
-func (w *worker) recordPosition(ctx context.Context, tx pgx.Tx, items []item) error {
+func (w *worker) recordPosition(ctx context.Context, tx pgx.Tx, items []record.Item) error {
 	c := w.c
 	if c.hooks.disableDedup || len(items) == 0 {
 		return nil
 	}
-	next := items[len(items)-1].msg.Offset + 1
+	next := items[len(items)-1].Msg.Offset + 1
 	prev, ok, err := c.positions.Record(ctx, tx, c.cfg.Topic, w.partition, next)
 	if err != nil {
-		return infra("recording the partition's position: %w", err)
+		return record.Infra("recording the partition's position: %w", err)
 	}
 	return w.behind(prev, ok)
 }
@@ -231,15 +233,15 @@ func (w *worker) rewind(rw *rewindError) bool {
 			first = f
 			break
 		}
-		c.metrics.infraErrors.WithLabelValues(compKafka).Inc()
-		if c.health.fail(compKafka, redact.Err(err, c.secrets...)) {
+		c.metrics.InfraErrors.WithLabelValues(telemetry.CompKafka).Inc()
+		if c.health.Fail(telemetry.CompKafka, redact.Err(err, c.secrets...)) {
 			w.log.Warn("rewinding to the database's position: listing offsets failed; retrying", "err", redact.Err(err, c.secrets...))
 		}
 		if !w.pause(bo.Next()) {
 			return false
 		}
 	}
-	c.metrics.rewinds.WithLabelValues(c.cfg.Topic).Inc()
+	c.metrics.Rewinds.WithLabelValues(c.cfg.Topic).Inc()
 	w.log.Warn("the database's position is behind this worker's: it lost committed batches (e.g. a failover to an asynchronous standby); reprocessing from the database's position",
 		"databasePosition", rw.to, "recorded", w.dbPos, "rowFound", rw.found)
 	to := w.clampToLog(rw.to, first, posDatabase)

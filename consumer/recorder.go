@@ -7,7 +7,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
+	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 )
 
 // recJob is one recording job of a partition: the ids of the succeeded
@@ -38,7 +40,7 @@ func (p *xpart) startRecording() error {
 	for _, r := range p.window {
 		switch r.status {
 		case xSucceeded:
-			job.ids = append(job.ids, r.ev.ID)
+			job.ids = append(job.ids, r.Ev.ID)
 			job.succ = append(job.succ, r)
 			r.status = xRecording
 		case xFailed:
@@ -53,7 +55,7 @@ func (p *xpart) startRecording() error {
 		}
 	}
 	if job.k > 0 {
-		last := p.window[job.k-1].msg
+		last := p.window[job.k-1].Msg
 		job.next, job.hw = last.Offset+1, last.HighWaterMark
 	}
 	if len(job.ids) == 0 && len(job.failed) == 0 && job.k == 0 {
@@ -83,9 +85,9 @@ func (p *xpart) runJob(job *recJob) error {
 		}
 	}
 	if len(job.failed) > 0 {
-		items := make([]item, len(job.failed))
+		items := make([]record.Item, len(job.failed))
 		for i, r := range job.failed {
-			items[i] = r.item
+			items[i] = r.Item
 		}
 		if err := w.deadLetter(items); err != nil {
 			return err
@@ -117,10 +119,10 @@ func (p *xpart) recorded(job *recJob) error {
 	k := job.k
 	for _, r := range p.window[:k] {
 		if r.claim != nil && r.owner {
-			c.claims.release(r.ev.ID, r.claim)
+			c.claims.release(r.Ev.ID, r.claim)
 		}
 		p.bytes.Add(-r.size)
-		p.w.mem.releaseRecord(&r.msg)
+		p.w.mem.releaseRecord(&r.Msg)
 		p.countDone(r)
 		if r.lent {
 			p.lent--
@@ -147,9 +149,9 @@ func (p *xpart) record(ids []uuid.UUID, succ []*xrec, next int64) error {
 		start := time.Now()
 		outside, err := p.recordOnce(ids, succ, next)
 		if err == nil {
-			c.metrics.txSeconds.Observe(time.Since(start).Seconds())
-			c.health.dbSucceeded()
-			if d := c.health.ok(compDatabase); d > 0 {
+			c.metrics.TxSeconds.Observe(time.Since(start).Seconds())
+			c.health.DBSucceeded()
+			if d := c.health.OK(telemetry.CompDatabase); d > 0 {
 				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
 			}
 			if next >= 0 {
@@ -157,19 +159,19 @@ func (p *xpart) record(ids []uuid.UUID, succ []*xrec, next int64) error {
 			}
 			for i, r := range succ {
 				if r.claim != nil && r.owner {
-					c.claims.resolve(r.ev.ID, r.claim, outside == nil || !outside[i])
+					c.claims.resolve(r.Ev.ID, r.claim, outside == nil || !outside[i])
 				}
 			}
-			c.xm.records.WithLabelValues(c.cfg.Topic).Add(float64(len(ids)))
+			c.xm.Records.WithLabelValues(c.cfg.Topic).Add(float64(len(ids)))
 			return nil
 		}
 		var rw *rewindError
 		if errors.As(err, &rw) {
 			return err
 		}
-		c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
+		c.metrics.InfraErrors.WithLabelValues(telemetry.CompDatabase).Inc()
 		err = redact.Err(err, c.secrets...)
-		if c.health.fail(compDatabase, err) {
+		if c.health.Fail(telemetry.CompDatabase, err) {
 			w.log.Warn("recording handled events failed; pausing and retrying", "err", err, "records", len(ids))
 		}
 		if !w.pause(bo.Next()) {
@@ -186,13 +188,13 @@ func (p *xpart) recordOnce(ids []uuid.UUID, succ []*xrec, next int64) (outside [
 	defer cancel()
 	tx, err := c.pool.Begin(ctx)
 	if err != nil {
-		return nil, infra("beginning transaction: %w", err)
+		return nil, record.Infra("beginning transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after Commit
 	if next >= 0 {
 		prev, ok, err := c.positions.Record(ctx, tx, c.cfg.Topic, w.partition, next)
 		if err != nil {
-			return nil, infra("recording the partition's position: %w", err)
+			return nil, record.Infra("recording the partition's position: %w", err)
 		}
 		if err := w.behind(prev, ok); err != nil {
 			return nil, err
@@ -201,20 +203,20 @@ func (p *xpart) recordOnce(ids []uuid.UUID, succ []*xrec, next int64) (outside [
 	if len(ids) > 0 {
 		res, err := c.inserter.Insert(ctx, tx, ids)
 		if err != nil {
-			return nil, infra("recording event ids: %w", err)
+			return nil, record.Infra("recording event ids: %w", err)
 		}
 		for i, r := range succ {
 			if res.Outside[i] {
 				// The window moved between the lookup and now: the call
 				// happened, and its id can't be recorded.
 				w.log.Warn("a handled event's id left the dedup window before it was recorded; a redelivery of it would be called again",
-					"offset", r.ev.Offset, "eventId", r.ev.ID)
+					"offset", r.Ev.Offset, "eventId", r.Ev.ID)
 				outside = res.Outside
 			}
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, infra("committing: %w", err)
+		return nil, record.Infra("committing: %w", err)
 	}
 	return outside, nil
 }
@@ -223,25 +225,25 @@ func (p *xpart) recordOnce(ids []uuid.UUID, succ []*xrec, next int64) (outside [
 func (p *xpart) countDone(r *xrec) {
 	c := p.c
 	t := c.cfg.Topic
-	if r.reason == ReasonOutsideWindow {
-		c.metrics.outsideWindow.WithLabelValues(t).Inc()
+	if r.Reason == ReasonOutsideWindow {
+		c.metrics.OutsideWindow.WithLabelValues(t).Inc()
 	}
-	switch r.state {
-	case stHandled:
-		c.metrics.processed.WithLabelValues(t).Inc()
-	case stDuplicate:
-		c.metrics.duplicates.WithLabelValues(t).Inc()
-	case stRejected:
-		attrs := []any{"offset", r.msg.Offset, "reason", r.reason, "policy", r.policy, "err", r.errText}
-		if r.decoded {
-			attrs = append(attrs, "eventId", r.ev.ID)
+	switch r.State {
+	case record.Handled:
+		c.metrics.Processed.WithLabelValues(t).Inc()
+	case record.Duplicate:
+		c.metrics.Duplicates.WithLabelValues(t).Inc()
+	case record.Rejected:
+		attrs := []any{"offset", r.Msg.Offset, "reason", r.Reason, "policy", r.Policy, "err", r.ErrText}
+		if r.Decoded {
+			attrs = append(attrs, "eventId", r.Ev.ID)
 		}
-		switch r.policy {
+		switch r.Policy {
 		case PolicyDeadLetter:
-			c.metrics.deadLettered.WithLabelValues(t, string(r.reason)).Inc()
+			c.metrics.DeadLettered.WithLabelValues(t, string(r.Reason)).Inc()
 			p.w.log.Warn("event dead-lettered", attrs...)
 		case PolicySkip:
-			c.metrics.skipped.WithLabelValues(t, string(r.reason)).Inc()
+			c.metrics.Skipped.WithLabelValues(t, string(r.Reason)).Inc()
 			p.w.log.Warn("event skipped by policy", attrs...)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -72,7 +73,7 @@ func (g *txGuard) committed(batchSize int) {
 // but takes the handler_failed policy, with poisonText as its error.
 type redoError struct {
 	err        error
-	poison     *item
+	poison     *record.Item
 	poisonText string
 }
 
@@ -84,12 +85,12 @@ func (e *redoError) Unwrap() error { return e.err }
 // before it commit first, in a transaction of their own (without a pause),
 // so that each pause costs them one more run at most, not one per attempt.
 type retryError struct {
-	it   *item
+	it   *record.Item
 	wait time.Duration
 }
 
 func (e *retryError) Error() string {
-	return fmt.Sprintf("handler failed (attempt %d); retrying after %v", e.it.attempts, e.wait)
+	return fmt.Sprintf("handler failed (attempt %d); retrying after %v", e.it.Attempts, e.wait)
 }
 
 // commitError is a failed COMMIT of the batch transaction.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -47,7 +48,7 @@ func TestHandlerInfra(t *testing.T) {
 
 func TestIsServerTimeout(t *testing.T) {
 	for code, want := range map[string]bool{"25P03": true, "25P04": true, "25P02": false, "57014": false} {
-		err := fmt.Errorf("committing: %w", &infraError{&pgconn.PgError{Severity: "FATAL", Code: code}})
+		err := fmt.Errorf("committing: %w", &record.InfraError{Err: &pgconn.PgError{Severity: "FATAL", Code: code}})
 		if got := isServerTimeout(err); got != want {
 			t.Errorf("isServerTimeout(%s) = %v, want %v", code, got, want)
 		}
@@ -96,7 +97,7 @@ func TestTxGuard(t *testing.T) {
 
 func TestCommitRefused(t *testing.T) {
 	commit := func(sev, code string) error {
-		return &infraError{fmt.Errorf("committing: %w", &commitError{&pgconn.PgError{Severity: sev, Code: code}})}
+		return &record.InfraError{Err: fmt.Errorf("committing: %w", &commitError{&pgconn.PgError{Severity: sev, Code: code}})}
 	}
 	tests := []struct {
 		name    string
@@ -108,8 +109,8 @@ func TestCommitRefused(t *testing.T) {
 		{"serialization failure at commit", commit("ERROR", "40001"), false},
 		{"idle in transaction timeout", commit("FATAL", "25P03"), false},
 		{"admin shutdown", commit("FATAL", "57P01"), false},
-		{"connection lost", &infraError{fmt.Errorf("committing: %w", &commitError{errors.New("unexpected EOF")})}, false},
-		{"not a commit", &infraError{fmt.Errorf("recording event ids: %w", &pgconn.PgError{Severity: "ERROR", Code: "23505"})}, false},
+		{"connection lost", &record.InfraError{Err: fmt.Errorf("committing: %w", &commitError{errors.New("unexpected EOF")})}, false},
+		{"not a commit", &record.InfraError{Err: fmt.Errorf("recording event ids: %w", &pgconn.PgError{Severity: "ERROR", Code: "23505"})}, false},
 	}
 	for _, tt := range tests {
 		if got := commitRefused(tt.err) != nil; got != tt.refused {

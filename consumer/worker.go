@@ -12,6 +12,7 @@ import (
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
+	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 )
 
 // worker consumes one Kafka partition for one group generation. kafka-go runs
@@ -72,9 +73,9 @@ func (w *worker) run(genCtx context.Context) {
 		ErrorLogger:    kafkaLogger{c.log, slog.LevelDebug},
 	})
 	defer w.reader.Close()
-	pl := partLabel(w.partition)
-	defer c.metrics.lag.DeleteLabelValues(c.cfg.Topic, pl)
-	defer c.metrics.committed.DeleteLabelValues(c.cfg.Topic, pl)
+	pl := telemetry.PartLabel(w.partition)
+	defer c.metrics.Lag.DeleteLabelValues(c.cfg.Topic, pl)
+	defer c.metrics.Committed.DeleteLabelValues(c.cfg.Topic, pl)
 	start, ok := w.start()
 	if !ok {
 		return
@@ -97,9 +98,9 @@ func (w *worker) run(genCtx context.Context) {
 				return
 			}
 			if err != nil {
-				c.metrics.infraErrors.WithLabelValues(compKafka).Inc()
+				c.metrics.InfraErrors.WithLabelValues(telemetry.CompKafka).Inc()
 				err = redact.Err(err, c.secrets...)
-				if c.health.fail(compKafka, err) {
+				if c.health.Fail(telemetry.CompKafka, err) {
 					w.log.Warn("fetching from the broker failed; retrying", "err", err)
 				}
 				if !backoff.Sleep(genCtx, fetchBackoff.Next()) {
@@ -109,7 +110,7 @@ func (w *worker) run(genCtx context.Context) {
 			continue
 		}
 		fetchBackoff.Reset()
-		c.health.ok(compKafka)
+		c.health.OK(telemetry.CompKafka)
 		next, err := w.process(batch)
 		var rw *rewindError
 		if errors.As(err, &rw) {
@@ -189,13 +190,13 @@ func (w *worker) commit(next, highWater int64) bool {
 		start := time.Now()
 		err := w.gen.CommitOffsets(map[string]map[int]int64{c.cfg.Topic: {w.partition: next}})
 		if err == nil {
-			c.metrics.commitSeconds.Observe(time.Since(start).Seconds())
-			pl := partLabel(w.partition)
-			c.metrics.committed.WithLabelValues(c.cfg.Topic, pl).Set(float64(next))
+			c.metrics.CommitSeconds.Observe(time.Since(start).Seconds())
+			pl := telemetry.PartLabel(w.partition)
+			c.metrics.Committed.WithLabelValues(c.cfg.Topic, pl).Set(float64(next))
 			if highWater >= next {
-				c.metrics.lag.WithLabelValues(c.cfg.Topic, pl).Set(float64(highWater - next))
+				c.metrics.Lag.WithLabelValues(c.cfg.Topic, pl).Set(float64(highWater - next))
 			}
-			if d := c.health.ok(compKafka); d > 0 {
+			if d := c.health.OK(telemetry.CompKafka); d > 0 {
 				w.log.Info("broker reachable again", "outage", d.Round(time.Millisecond))
 			}
 			return w.genCtx.Err() == nil
@@ -207,8 +208,8 @@ func (w *worker) commit(next, highWater int64) bool {
 			w.log.Info("offset not committed: generation ended", "offset", next, "err", err)
 			return false
 		}
-		c.metrics.infraErrors.WithLabelValues(compKafka).Inc()
-		if c.health.fail(compKafka, err) {
+		c.metrics.InfraErrors.WithLabelValues(telemetry.CompKafka).Inc()
+		if c.health.Fail(telemetry.CompKafka, err) {
 			w.log.Warn("committing the offset failed; retrying", "offset", next, "err", err)
 		}
 		if !backoff.Sleep(w.genCtx, bo.Next()) {

@@ -10,7 +10,9 @@ import (
 
 	"github.com/idempotency-dev/operator/consumer/envelope"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
+	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 )
 
 // accept decodes fetched records into the window and queues them for the
@@ -21,15 +23,15 @@ func (p *xpart) accept(batch []kafka.Message) {
 	now := time.Now()
 	for _, m := range batch {
 		r := &xrec{fetched: now, size: int64(len(m.Key) + len(m.Value))}
-		p.w.decode(&r.item, m)
+		p.w.decode(&r.Item, m)
 		p.window = append(p.window, r)
-		if r.state == stRejected {
+		if r.State == record.Rejected {
 			p.reject(r)
 			continue
 		}
-		r.ev.Deduplicated = true
+		r.Ev.Deduplicated = true
 		// Registered before the lookup: see claims.
-		r.claim, r.owner = c.claims.register(r.ev.ID, r, p)
+		r.claim, r.owner = c.claims.register(r.Ev.ID, r, p)
 		p.unlooked = append(p.unlooked, r)
 	}
 }
@@ -40,7 +42,7 @@ func (p *xpart) startLookup() {
 	p.unlooked = nil
 	ids := make([]uuid.UUID, len(recs))
 	for i, r := range recs {
-		ids[i] = r.ev.ID
+		ids[i] = r.Ev.ID
 	}
 	p.lookBusy = true
 	go func() {
@@ -57,26 +59,26 @@ func (p *xpart) looked(lr lookResult) {
 		switch {
 		case lr.outside[i]:
 			if r.owner {
-				c.claims.release(r.ev.ID, r.claim)
+				c.claims.release(r.Ev.ID, r.claim)
 			}
 			r.claim, r.owner = nil, false
 			w := c.inserter.Window()
-			r.reason = ReasonOutsideWindow
-			r.errText = fmt.Sprintf("event id %s (time %s) is outside the dedup window [%s, %s)",
-				r.ev.ID, envelope.Time(r.ev.ID).Format(time.RFC3339), w.From.Format(time.RFC3339), w.To.Format(time.RFC3339))
-			r.policy = c.cfg.Policies[ReasonOutsideWindow]
-			if r.policy == PolicyProcess {
-				r.ev.Deduplicated = false
+			r.Reason = ReasonOutsideWindow
+			r.ErrText = fmt.Sprintf("event id %s (time %s) is outside the dedup window [%s, %s)",
+				r.Ev.ID, envelope.Time(r.Ev.ID).Format(time.RFC3339), w.From.Format(time.RFC3339), w.To.Format(time.RFC3339))
+			r.Policy = c.cfg.Policies[ReasonOutsideWindow]
+			if r.Policy == PolicyProcess {
+				r.Ev.Deduplicated = false
 				p.ready(r)
 				continue
 			}
-			r.state = stRejected
+			r.State = record.Rejected
 			p.reject(r)
 		case lr.recorded[i]:
 			if r.owner {
-				c.claims.resolve(r.ev.ID, r.claim, true)
+				c.claims.resolve(r.Ev.ID, r.claim, true)
 			}
-			r.state, r.status = stDuplicate, xDone
+			r.State, r.status = record.Duplicate, xDone
 		default:
 			p.ready(r)
 		}
@@ -85,11 +87,11 @@ func (p *xpart) looked(lr lookResult) {
 
 // reject applies a rejected record's policy.
 func (p *xpart) reject(r *xrec) {
-	switch r.policy {
+	switch r.Policy {
 	case PolicyStop:
 		r.status = xStuck
 		if p.stopErr == nil {
-			p.stopErr = p.w.stopError(&r.item)
+			p.stopErr = r.Item.StopError()
 			p.draining = true
 		}
 	case PolicySkip:
@@ -110,7 +112,7 @@ func (p *xpart) lookup(ids []uuid.UUID) (recorded, outside []bool, err error) {
 		recorded, outside, err = c.inserter.Recorded(ctx, c.pool, ids)
 		cancel()
 		if err == nil {
-			if d := c.health.ok(compDatabase); d > 0 {
+			if d := c.health.OK(telemetry.CompDatabase); d > 0 {
 				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
 			}
 			return recorded, outside, nil
@@ -118,8 +120,8 @@ func (p *xpart) lookup(ids []uuid.UUID) (recorded, outside []bool, err error) {
 		if p.lookCtx.Err() != nil {
 			return nil, nil, errGenEnded
 		}
-		c.metrics.infraErrors.WithLabelValues(compDatabase).Inc()
-		if err = redact.Err(err, c.secrets...); c.health.fail(compDatabase, err) {
+		c.metrics.InfraErrors.WithLabelValues(telemetry.CompDatabase).Inc()
+		if err = redact.Err(err, c.secrets...); c.health.Fail(telemetry.CompDatabase, err) {
 			w.log.Warn("looking up event ids failed; pausing and retrying", "err", err)
 		}
 		if !backoff.Sleep(p.lookCtx, bo.Next()) {

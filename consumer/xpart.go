@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
+	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
@@ -44,7 +46,7 @@ const (
 
 // xrec is one record of a partition's window.
 type xrec struct {
-	item
+	record.Item
 	status  xstatus
 	claim   *claim // nil when the id is not deduplicated
 	owner   bool
@@ -120,7 +122,7 @@ type xpart struct {
 // runExternal processes the partition under the external handler until the
 // generation ends, starting a new session after each rewind.
 func (w *worker) runExternal() {
-	defer w.c.xm.oldest.DeleteLabelValues(w.c.cfg.Topic, partLabel(w.partition))
+	defer w.c.xm.Oldest.DeleteLabelValues(w.c.cfg.Topic, telemetry.PartLabel(w.partition))
 	for {
 		rw := w.xsession()
 		if rw == nil || !w.rewind(rw) {
@@ -137,8 +139,8 @@ func (w *worker) xsession() *rewindError {
 		fetched: make(chan kafka.Message, n), results: make(chan xresult, n), room: make(chan struct{}, n),
 		freed: make(chan struct{}, 1), fetchDone: make(chan struct{}),
 		lookRes: make(chan lookResult, 1), recRes: make(chan *recJob, 1), urge: make(chan struct{}, 1),
-		gPending: c.xm.pending.WithLabelValues(t), gWaiting: c.xm.waiting.WithLabelValues(t),
-		gOldest: c.xm.oldest.WithLabelValues(t, partLabel(w.partition))}
+		gPending: c.xm.Pending.WithLabelValues(t), gWaiting: c.xm.Waiting.WithLabelValues(t),
+		gOldest: c.xm.Oldest.WithLabelValues(t, telemetry.PartLabel(w.partition))}
 	// Calls outlive the generation only at shutdown, for its grace period;
 	// a revoked partition's calls end at once (cancelCalls below).
 	p.callCtx, p.cancelCalls = context.WithCancel(w.hardCtx)
@@ -197,9 +199,9 @@ func (p *xpart) close() {
 	<-p.fetchDone
 	for _, r := range p.window {
 		if r.claim != nil && r.owner {
-			p.c.claims.release(r.ev.ID, r.claim)
+			p.c.claims.release(r.Ev.ID, r.claim)
 		}
-		p.w.mem.releaseRecord(&r.msg)
+		p.w.mem.releaseRecord(&r.Msg)
 	}
 	for {
 		select {
@@ -211,8 +213,8 @@ func (p *xpart) close() {
 		break
 	}
 	t := p.c.cfg.Topic
-	p.c.xm.pending.WithLabelValues(t).Sub(float64(p.pending))
-	p.c.xm.waiting.WithLabelValues(t).Sub(float64(p.waiting))
+	p.c.xm.Pending.WithLabelValues(t).Sub(float64(p.pending))
+	p.c.xm.Waiting.WithLabelValues(t).Sub(float64(p.waiting))
 }
 
 // fetch feeds the loop, holding at most lookAhead records and about the
@@ -242,9 +244,9 @@ func (p *xpart) fetch(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.metrics.infraErrors.WithLabelValues(compKafka).Inc()
+			c.metrics.InfraErrors.WithLabelValues(telemetry.CompKafka).Inc()
 			err = redact.Err(err, c.secrets...)
-			if c.health.fail(compKafka, err) {
+			if c.health.Fail(telemetry.CompKafka, err) {
 				p.w.log.Warn("fetching from the broker failed; retrying", "err", err)
 			}
 			if !backoff.Sleep(ctx, bo.Next()) {
@@ -253,7 +255,7 @@ func (p *xpart) fetch(ctx context.Context) {
 			continue
 		}
 		bo.Reset()
-		c.health.ok(compKafka)
+		c.health.OK(telemetry.CompKafka)
 		if err := p.w.mem.holdRecord(ctx, &m); err != nil {
 			<-p.room
 			return // the session ended while other partitions held the budget

@@ -1,6 +1,9 @@
 package consumer
 
-import "github.com/google/uuid"
+import (
+	"github.com/google/uuid"
+	"github.com/idempotency-dev/operator/consumer/internal/record"
+)
 
 // ready queues r in its lane, or starts it; a copy of an id whose first
 // record is in another lane waits off its lane (claims).
@@ -73,7 +76,7 @@ func (p *xpart) runRecord(r *xrec) callOutcome { return p.settle(r, false) }
 // until one settles it (claims); failed says r followed r.claim and found it
 // failed or given up.
 func (p *xpart) settle(r *xrec, failed bool) callOutcome {
-	ctx, cl, id := p.callCtx, p.c.claims, r.ev.ID
+	ctx, cl, id := p.callCtx, p.c.claims, r.Ev.ID
 	if r.claim == nil {
 		return p.callExternal(ctx, r) // not deduplicated
 	}
@@ -130,16 +133,16 @@ func (p *xpart) finished(res xresult) {
 	}
 	switch res.out {
 	case outSucceeded:
-		r.state = stHandled
+		r.State = record.Handled
 		r.status = xSucceeded
-		if !r.ev.Deduplicated {
+		if !r.Ev.Deduplicated {
 			r.status = xDone // PolicyProcess: nothing to record
 		}
 	case outDuplicate:
-		r.state, r.status = stDuplicate, xDone
+		r.State, r.status = record.Duplicate, xDone
 	case outFailed:
-		r.reason, r.state = ReasonHandlerFailed, stRejected
-		r.policy = p.c.cfg.Policies[ReasonHandlerFailed]
+		r.Reason, r.State = ReasonHandlerFailed, record.Rejected
+		r.Policy = p.c.cfg.Policies[ReasonHandlerFailed]
 		p.reject(r)
 	case outAbandoned:
 		r.status = xStuck

@@ -1,4 +1,4 @@
-package consumer
+package telemetry
 
 import (
 	"log/slog"
@@ -7,17 +7,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idempotency-dev/operator/consumer/event"
 )
 
-// shutdownSlack is how long Run waits, once the shutdown timeout is over and
-// the handlers' contexts are done, for the partition workers to roll back
-// and return; after it Run returns without them (handlerCalls.abandon).
-const shutdownSlack = 2 * time.Second
-
-// handlerCalls tracks the handler calls running, transactional and
+// Calls tracks the handler calls running, transactional and
 // external, so that a shutdown that cannot wait for them any longer can say
 // which events it abandoned.
-type handlerCalls struct {
+type Calls struct {
 	mu    sync.Mutex
 	calls map[*handlerCall]struct{}
 }
@@ -29,12 +26,13 @@ type handlerCall struct {
 	started   time.Time
 }
 
-func newHandlerCalls() *handlerCalls {
-	return &handlerCalls{calls: map[*handlerCall]struct{}{}}
+// NewCalls returns an empty Calls.
+func NewCalls() *Calls {
+	return &Calls{calls: map[*handlerCall]struct{}{}}
 }
 
-// start records a call of ev's handler; the returned func ends it.
-func (h *handlerCalls) start(ev *Event) func() {
+// Start records a call of ev's handler; the returned func ends it.
+func (h *Calls) Start(ev *event.Event) func() {
 	hc := &handlerCall{partition: ev.Partition, offset: ev.Offset, id: ev.ID, started: time.Now()}
 	h.mu.Lock()
 	h.calls[hc] = struct{}{}
@@ -46,11 +44,11 @@ func (h *handlerCalls) start(ev *Event) func() {
 	}
 }
 
-// abandon logs each call still running and returns how many there are.
+// Abandon logs each call still running and returns how many there are.
 // Their events are not recorded (a call that returns later finds its
 // context done, and its result is dropped) and no offset moves past them:
 // the next owner of the partition gets them again.
-func (h *handlerCalls) abandon(log *slog.Logger) int {
+func (h *Calls) Abandon(log *slog.Logger) int {
 	h.mu.Lock()
 	calls := make([]*handlerCall, 0, len(h.calls))
 	for hc := range h.calls {

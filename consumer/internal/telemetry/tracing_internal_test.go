@@ -1,4 +1,4 @@
-package consumer
+package telemetry
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/idempotency-dev/operator/consumer/event"
+	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/segmentio/kafka-go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -14,29 +16,29 @@ import (
 )
 
 // tracedBatch is a batch of n records, every other one with a traceparent.
-func tracedBatch(n int) ([]kafka.Message, []item) {
+func tracedBatch(n int) ([]kafka.Message, []record.Item) {
 	msgs := make([]kafka.Message, n)
-	items := make([]item, n)
-	tc, _ := ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	items := make([]record.Item, n)
+	tc, _ := event.ParseTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	for i := range msgs {
 		msgs[i] = kafka.Message{Topic: "events", Offset: int64(i), Key: []byte("k")}
-		items[i] = item{msg: msgs[i], decoded: true, trace: tc, hasTrace: i%2 == 0}
-		items[i].ev.ID = uuid.Must(uuid.NewV7())
+		items[i] = record.Item{Msg: msgs[i], Decoded: true, Trace: tc, HasTrace: i%2 == 0}
+		items[i].Ev.ID = uuid.Must(uuid.NewV7())
 	}
 	return msgs, items
 }
 
 // runTracedBatch does what a batch does with spans: one batch span, a
 // handler span per record, the end.
-func runTracedBatch(t *tracing, msgs []kafka.Message, items []item) {
-	bs := t.startBatch(0, msgs)
+func runTracedBatch(t *Tracing, msgs []kafka.Message, items []record.Item) {
+	bs := t.StartBatch(0, msgs)
 	for i := range items {
-		items[i].batch = bs.sc
-		_, end := t.handlerSpan(context.Background(), &items[i], nil)
+		items[i].Batch = bs.Context()
+		_, end := t.HandlerSpan(context.Background(), &items[i], nil)
 		end(nil)
 	}
-	if bs.on() {
-		bs.end(itemPtrs(items), nil, nil)
+	if bs.On() {
+		bs.End(record.Ptrs(items), nil, nil)
 	}
 }
 
@@ -45,13 +47,13 @@ func runTracedBatch(t *tracing, msgs []kafka.Message, items []item) {
 // and a batch only its no-op span's Start.
 func TestTracingOffIsFree(t *testing.T) {
 	for name, tp := range map[string]trace.TracerProvider{"global unset": nil, "noop": noop.NewTracerProvider()} {
-		tr := newTracing(tp, "events", "g1")
+		tr := NewTracing(tp, "events", "g1")
 		msgs, items := tracedBatch(100)
-		if bs := tr.startBatch(0, msgs); bs.on() || bs.sc.IsValid() {
+		if bs := tr.StartBatch(0, msgs); bs.On() || bs.Context().IsValid() {
 			t.Fatalf("%s: the batch span is on", name)
 		}
 		perCall := testing.AllocsPerRun(1000, func() {
-			_, end := tr.handlerSpan(context.Background(), &items[0], nil)
+			_, end := tr.HandlerSpan(context.Background(), &items[0], nil)
 			end(nil)
 		})
 		perBatch := testing.AllocsPerRun(1000, func() { runTracedBatch(tr, msgs, items) })
@@ -79,7 +81,7 @@ func BenchmarkTracing(b *testing.B) {
 		tp   trace.TracerProvider
 	}{{"off", nil}, {"on", sdk}} {
 		b.Run(fmt.Sprint(c.name), func(b *testing.B) {
-			tr := newTracing(c.tp, "events", "g1")
+			tr := NewTracing(c.tp, "events", "g1")
 			msgs, items := tracedBatch(100)
 			b.ReportAllocs()
 			for b.Loop() {
