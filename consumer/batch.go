@@ -356,7 +356,7 @@ func (w *worker) deadLetter(items []record.Item) error {
 	for i := range items {
 		it := &items[i]
 		if it.State == record.Rejected && it.Policy == PolicyDeadLetter {
-			msgs = append(msgs, c.deadLetterMessage(it, now))
+			msgs = append(msgs, c.dlq.Message(it, now))
 		}
 	}
 	if len(msgs) == 0 {
@@ -364,7 +364,7 @@ func (w *worker) deadLetter(items []record.Item) error {
 	}
 	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
 	for {
-		err := c.writeDeadLetters(w.hardCtx, msgs)
+		err := c.dlq.Write(w.hardCtx, msgs)
 		if err == nil {
 			if d := c.health.OK(telemetry.CompDLQ); d > 0 {
 				w.log.Info("dead-letter topic writable again", "outage", d.Round(time.Millisecond))

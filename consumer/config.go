@@ -14,14 +14,16 @@ import (
 
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/envelope"
+	"github.com/idempotency-dev/operator/consumer/internal/broker"
+	"github.com/idempotency-dev/operator/consumer/internal/deadletter"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 )
 
 // SASL mechanisms.
 const (
-	SASLPlain       = "PLAIN"
-	SASLScramSHA256 = "SCRAM-SHA-256"
-	SASLScramSHA512 = "SCRAM-SHA-512"
+	SASLPlain       = broker.SASLPlain
+	SASLScramSHA256 = broker.SASLScramSHA256
+	SASLScramSHA512 = broker.SASLScramSHA512
 )
 
 // SASL configures SASL authentication to the brokers. Password is never logged.
@@ -67,6 +69,9 @@ const (
 	DefaultShutdownTimeout    = 30 * time.Second
 	DefaultClientID           = "idempotent-consumer"
 	DeadLetterSuffix          = ".dlq"
+	// DefaultDeadLetterMaxBytes is Kafka's default max.message.bytes, assumed
+	// for the dead-letter topic while its own limit can't be read.
+	DefaultDeadLetterMaxBytes = deadletter.DefaultMaxBytes
 )
 
 // Config configures a Consumer. New validates it once; the zero value of an

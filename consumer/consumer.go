@@ -16,6 +16,8 @@ import (
 
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/broker"
+	"github.com/idempotency-dev/operator/consumer/internal/deadletter"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 )
@@ -34,7 +36,7 @@ type Consumer struct {
 	metrics  *telemetry.Metrics
 	gatherer prometheus.Gatherer
 	health   *telemetry.Health
-	kafka    *kafkaClients
+	kafka    *broker.Clients
 	secrets  []string
 	hooks    hooks
 	inserter *dedup.Inserter
@@ -55,7 +57,7 @@ type Consumer struct {
 
 	mu      sync.Mutex
 	pool    *pgxpool.Pool
-	dlq     *deadLetterWriter
+	dlq     *deadletter.Writer
 	running bool
 }
 
@@ -130,7 +132,8 @@ func newConsumer(cfg Config, h Handler) (*Consumer, error) {
 			m.Ready.Set(0)
 		}
 	})
-	c.kafka, err = newKafkaClients(cfg)
+	c.kafka, err = broker.NewClients(broker.Config{Brokers: cfg.Brokers, ClientID: cfg.ClientID, TLS: cfg.TLS,
+		Mechanism: cfg.SASL.Mechanism, Username: cfg.SASL.Username, Password: cfg.SASL.Password})
 	if err != nil {
 		return nil, cfgErr("SASL", "%v", err)
 	}
@@ -236,7 +239,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                c.cfg.Group,
 		Brokers:           c.cfg.Brokers,
-		Dialer:            c.kafka.dialer,
+		Dialer:            c.kafka.Dialer,
 		Topics:            []string{c.cfg.Topic},
 		HeartbeatInterval: c.cfg.HeartbeatInterval,
 		SessionTimeout:    c.cfg.SessionTimeout,
@@ -247,8 +250,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		WatchPartitionChanges:  true,
 		PartitionWatchInterval: 30 * time.Second,
 		Timeout:                10 * time.Second,
-		Logger:                 kafkaLogger{c.log, slog.LevelDebug - 4},
-		ErrorLogger:            kafkaLogger{c.log, slog.LevelDebug},
+		Logger:                 broker.Logger{Log: c.log, Level: slog.LevelDebug - 4},
+		ErrorLogger:            broker.Logger{Log: c.log, Level: slog.LevelDebug},
 	})
 	if err != nil {
 		return fmt.Errorf("creating consumer group: %w", err)
@@ -351,7 +354,10 @@ func (c *Consumer) open(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.pool = pool
-	c.dlq = newDeadLetterWriter(c.cfg, c.kafka)
+	c.dlq = deadletter.NewWriter(deadletter.Config{
+		Topic: c.cfg.DeadLetterTopic, SourceTopic: c.cfg.Topic, Group: c.cfg.Group, Clients: c.kafka,
+		Log: c.log, Dropped: c.metrics.DeadLetterValuesDropped, Secrets: c.secrets,
+	})
 	c.mu.Unlock()
 	return nil
 }
@@ -399,7 +405,7 @@ func (c *Consumer) setup(ctx context.Context) (bool, error) {
 			return false, fmt.Errorf("consumer: %w", err)
 		}
 		if err == nil {
-			err = c.checkTopics(ctx, c.cfg.Topic, c.cfg.DeadLetterTopic)
+			err = c.kafka.CheckTopics(ctx, c.cfg.Topic, c.cfg.DeadLetterTopic)
 		}
 		if err == nil {
 			c.health.OK(telemetry.CompSetup)

@@ -49,24 +49,7 @@ func (e *rewindError) Error() string {
 
 // logBounds returns the partition's log start and end offsets.
 func (w *worker) logBounds(ctx context.Context) (first, end int64, err error) {
-	c := w.c
-	client := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Transport: c.kafka.transport, Timeout: 10 * time.Second}
-	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
-		c.cfg.Topic: {kafka.FirstOffsetOf(w.partition), kafka.LastOffsetOf(w.partition)},
-	}})
-	if err != nil {
-		return 0, 0, fmt.Errorf("listing offsets of partition %d: %w", w.partition, err)
-	}
-	for _, p := range resp.Topics[c.cfg.Topic] {
-		if p.Partition != w.partition {
-			continue
-		}
-		if p.Error != nil {
-			return 0, 0, fmt.Errorf("listing offsets of partition %d: %w", w.partition, p.Error)
-		}
-		return p.FirstOffset, p.LastOffset, nil
-	}
-	return 0, 0, fmt.Errorf("listing offsets of partition %d: no answer for it", w.partition)
+	return w.c.kafka.LogBounds(ctx, w.c.cfg.Topic, w.partition)
 }
 
 // start decides where the newly assigned partition starts, before anything

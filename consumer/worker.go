@@ -11,6 +11,7 @@ import (
 
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/broker"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 )
@@ -60,7 +61,7 @@ func (w *worker) run(genCtx context.Context) {
 		Brokers:        c.cfg.Brokers,
 		Topic:          c.cfg.Topic,
 		Partition:      w.partition,
-		Dialer:         c.kafka.dialer,
+		Dialer:         c.kafka.Dialer,
 		QueueCapacity:  w.mem.plan.queueCapacity,
 		MinBytes:       1,
 		MaxBytes:       w.mem.plan.fetchMaxBytes,
@@ -69,8 +70,8 @@ func (w *worker) run(genCtx context.Context) {
 		ReadBackoffMax: time.Second,
 		MaxAttempts:    3,
 		IsolationLevel: c.cfg.Isolation.kafkaLevel(),
-		Logger:         kafkaLogger{c.log, slog.LevelDebug - 4},
-		ErrorLogger:    kafkaLogger{c.log, slog.LevelDebug},
+		Logger:         broker.Logger{Log: c.log, Level: slog.LevelDebug - 4},
+		ErrorLogger:    broker.Logger{Log: c.log, Level: slog.LevelDebug},
 	})
 	defer w.reader.Close()
 	pl := telemetry.PartLabel(w.partition)

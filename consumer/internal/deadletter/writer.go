@@ -1,24 +1,38 @@
-package consumer
+// Package deadletter writes dead letters: the record as it came, with the
+// dlq-* headers saying why and where from, to the dead-letter topic with
+// acks=all, in produce batches that fit the topic's max.message.bytes (read
+// from the cluster, and read again when the broker refuses a batch); a
+// record that alone exceeds it loses its value, then its key and headers,
+// and says so.
+//
+// File map:
+//   - writer.go: Writer, Message, Write and the limit it sizes batches to
+//   - fit.go: fitting one record to the limit, and its size as kafka-go counts it
+package deadletter
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/idempotency-dev/operator/consumer/event"
+	"github.com/idempotency-dev/operator/consumer/internal/broker"
 	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
 
 const maxErrorHeader = 1024
 
-// DefaultDeadLetterMaxBytes is Kafka's default max.message.bytes, assumed for
+// DefaultMaxBytes is Kafka's default max.message.bytes, assumed for
 // the dead-letter topic while its own limit can't be read.
-const DefaultDeadLetterMaxBytes = 1048588
+const DefaultMaxBytes = 1048588
 
 // recordBatchOverhead is the size of a v2 record batch's header, which Kafka
 // counts against max.message.bytes along with the records.
@@ -28,15 +42,14 @@ const recordBatchOverhead = 61
 // assumed one is in force) is asked for again.
 const limitRereadInterval = time.Minute
 
-// deadLetterWriter writes to the dead-letter topic in produce batches that
+// Writer writes to the dead-letter topic in produce batches that
 // fit the topic's max.message.bytes. The limit is read from the cluster on
 // first use and again whenever the broker refuses a batch as too large (the
 // topic's configuration may have changed); the kafka-go writer is rebuilt
 // when it changes, because its BatchBytes can't change under concurrent
 // writes.
-type deadLetterWriter struct {
+type Writer struct {
 	cfg Config
-	kc  *kafkaClients
 
 	mu       sync.RWMutex  // shared by writes; exclusive to read the limit and swap w
 	w        *kafka.Writer // nil until the limit is known
@@ -48,12 +61,24 @@ type deadLetterWriter struct {
 	closed   bool
 }
 
-func newDeadLetterWriter(cfg Config, kc *kafkaClients) *deadLetterWriter {
-	return &deadLetterWriter{cfg: cfg, kc: kc}
+// Config is what a Writer needs.
+type Config struct {
+	Topic       string // the dead-letter topic
+	SourceTopic string // the consumed topic: the label of the dropped-values metric
+	Group       string // the consumer group, for the dlq-consumer-group header
+	Clients     *broker.Clients
+	Log         *slog.Logger
+	// Dropped counts dead letters written without their value (by topic).
+	Dropped *prometheus.CounterVec
+	// Secrets are kept out of the dlq-error header and of the log.
+	Secrets []string
 }
 
+// NewWriter returns a Writer; it connects on first use.
+func NewWriter(cfg Config) *Writer { return &Writer{cfg: cfg} }
+
 // Close closes the kafka-go writer, if one was made.
-func (d *deadLetterWriter) Close() error {
+func (d *Writer) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.closed = true
@@ -69,10 +94,10 @@ func (d *deadLetterWriter) Close() error {
 // batch of at most batchBytes fits the limit.
 func batchBytes(limit int) int64 { return int64(limit) - recordBatchOverhead }
 
-func (d *deadLetterWriter) newWriter(limit int) *kafka.Writer {
+func (d *Writer) newWriter(limit int) *kafka.Writer {
 	return &kafka.Writer{
-		Addr:         kafka.TCP(d.cfg.Brokers...),
-		Topic:        d.cfg.DeadLetterTopic,
+		Addr:         kafka.TCP(d.cfg.Clients.Brokers...),
+		Topic:        d.cfg.Topic,
 		Balancer:     &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll, // the offset moves on only once the broker has it
 		BatchTimeout: time.Millisecond,
@@ -81,7 +106,7 @@ func (d *deadLetterWriter) newWriter(limit int) *kafka.Writer {
 		MaxAttempts:  3,
 		WriteTimeout: 10 * time.Second,
 		ReadTimeout:  10 * time.Second,
-		Transport:    d.kc.transport,
+		Transport:    d.cfg.Clients.Transport,
 	}
 }
 
@@ -94,12 +119,11 @@ type dlqState struct {
 	gen      uint64
 }
 
-// deadLetterState returns the current writer with the read lock held (the
+// state returns the current writer with the read lock held (the
 // caller calls release). It reads the limit first if it is unknown, if an
 // assumed limit is due for a re-read, or if stale is the generation the
 // caller saw refused and nobody has read the limit since.
-func (c *Consumer) deadLetterState(ctx context.Context, stale uint64) (st dlqState, release func(), err error) {
-	d := c.dlq
+func (d *Writer) state(ctx context.Context, stale uint64) (st dlqState, release func(), err error) {
 	needsRead := func() bool {
 		return d.w == nil || (stale != 0 && d.gen == stale) || (!d.verified && time.Since(d.readAt) >= limitRereadInterval)
 	}
@@ -115,7 +139,7 @@ func (c *Consumer) deadLetterState(ctx context.Context, stale uint64) (st dlqSta
 		d.mu.RUnlock()
 		d.mu.Lock()
 		if !d.closed && needsRead() {
-			err = c.refreshDeadLetterLimit(ctx)
+			err = d.refreshLimit(ctx)
 		}
 		d.mu.Unlock()
 		if err != nil {
@@ -125,30 +149,29 @@ func (c *Consumer) deadLetterState(ctx context.Context, stale uint64) (st dlqSta
 	}
 }
 
-// refreshDeadLetterLimit reads the dead-letter topic's max.message.bytes and
+// refreshLimit reads the dead-letter topic's max.message.bytes and
 // rebuilds the writer if it changed. A failed read keeps the limit in force.
 // Before any limit is known, a failure that may pass (the broker unreachable)
 // is returned, to be retried; one that won't (no DescribeConfigs permission,
 // say) makes the runtime assume Kafka's default, ask again after
 // limitRereadInterval, and let the broker judge each record the assumed
-// limit would strip (see writeDeadLetters). Called with c.dlq.mu held.
-func (c *Consumer) refreshDeadLetterLimit(ctx context.Context) error {
-	d := c.dlq
+// limit would strip (see Write). Called with d.mu held.
+func (d *Writer) refreshLimit(ctx context.Context) error {
 	d.gen++
 	d.readAt = time.Now()
-	limit, source, err := c.readMaxMessageBytes(ctx, c.cfg.DeadLetterTopic)
+	limit, source, err := d.cfg.Clients.MaxMessageBytes(ctx, d.cfg.Topic)
 	if err != nil {
-		err = redact.Err(err, c.secrets...)
+		err = redact.Err(err, d.cfg.Secrets...)
 		if d.w == nil && !limitUnreadable(err) {
 			return fmt.Errorf("reading the dead-letter topic's max.message.bytes: %w", err)
 		}
 		limit = d.limit
 		if limit == 0 {
-			limit = DefaultDeadLetterMaxBytes
+			limit = DefaultMaxBytes
 		}
 		if err.Error() != d.readErr && ctx.Err() == nil {
-			c.log.Warn("cannot read the dead-letter topic's max.message.bytes; sizing dead-letter batches to an assumed limit",
-				"err", err, "deadLetterTopic", c.cfg.DeadLetterTopic, "assumedMaxMessageBytes", limit)
+			d.cfg.Log.Warn("cannot read the dead-letter topic's max.message.bytes; sizing dead-letter batches to an assumed limit",
+				"err", err, "deadLetterTopic", d.cfg.Topic, "assumedMaxMessageBytes", limit)
 		}
 		d.readErr, d.verified = err.Error(), false
 	} else {
@@ -158,7 +181,7 @@ func (c *Consumer) refreshDeadLetterLimit(ctx context.Context) error {
 		return nil
 	}
 	if err == nil {
-		c.log.Info("dead-letter batches sized to the topic's limit", "deadLetterTopic", c.cfg.DeadLetterTopic,
+		d.cfg.Log.Info("dead-letter batches sized to the topic's limit", "deadLetterTopic", d.cfg.Topic,
 			"maxMessageBytes", limit, "source", source, "previous", d.limit)
 	}
 	if d.w != nil {
@@ -173,53 +196,53 @@ func (c *Consumer) refreshDeadLetterLimit(ctx context.Context) error {
 // or an answer without a usable value.
 func limitUnreadable(err error) bool {
 	var kerr kafka.Error
-	return errors.Is(err, errNoLimit) || (errors.As(err, &kerr) && !kerr.Temporary())
+	return errors.Is(err, broker.ErrNoLimit) || (errors.As(err, &kerr) && !kerr.Temporary())
 }
 
-// deadLetterMessage builds the record written to the dead-letter topic.
-func (c *Consumer) deadLetterMessage(it *record.Item, now time.Time) kafka.Message {
+// Message builds the record written to the dead-letter topic.
+func (d *Writer) Message(it *record.Item, now time.Time) kafka.Message {
 	m := it.Msg
 	headers := make([]kafka.Header, 0, len(m.Headers)+10)
 	for _, h := range m.Headers {
-		if !strings.HasPrefix(h.Key, DeadLetterHeaderPrefix) {
+		if !strings.HasPrefix(h.Key, event.DeadLetterHeaderPrefix) {
 			headers = append(headers, h)
 		}
 	}
 	// Redact before truncating: a cut secret would no longer match.
-	errText := redact.Text(it.ErrText, c.secrets...)
+	errText := redact.Text(it.ErrText, d.cfg.Secrets...)
 	if len(errText) > maxErrorHeader {
 		errText = errText[:maxErrorHeader]
 	}
 	add := func(k, v string) { headers = append(headers, kafka.Header{Key: k, Value: []byte(v)}) }
-	add(HeaderDLQReason, string(it.Reason))
-	add(HeaderDLQError, errText)
-	add(HeaderDLQOriginalTopic, m.Topic)
-	add(HeaderDLQOriginalPartition, strconv.Itoa(m.Partition))
-	add(HeaderDLQOriginalOffset, strconv.FormatInt(m.Offset, 10))
+	add(event.HeaderDLQReason, string(it.Reason))
+	add(event.HeaderDLQError, errText)
+	add(event.HeaderDLQOriginalTopic, m.Topic)
+	add(event.HeaderDLQOriginalPartition, strconv.Itoa(m.Partition))
+	add(event.HeaderDLQOriginalOffset, strconv.FormatInt(m.Offset, 10))
 	if !m.Time.IsZero() {
-		add(HeaderDLQOriginalTimestamp, m.Time.UTC().Format(time.RFC3339Nano))
+		add(event.HeaderDLQOriginalTimestamp, m.Time.UTC().Format(time.RFC3339Nano))
 	}
-	add(HeaderDLQConsumerGroup, c.cfg.Group)
+	add(event.HeaderDLQConsumerGroup, d.cfg.Group)
 	if it.Decoded {
-		add(HeaderDLQEventID, it.Ev.ID.String())
+		add(event.HeaderDLQEventID, it.Ev.ID.String())
 	}
 	if it.Attempts > 0 {
-		add(HeaderDLQAttempts, strconv.Itoa(it.Attempts))
+		add(event.HeaderDLQAttempts, strconv.Itoa(it.Attempts))
 	}
-	add(HeaderDLQTime, now.UTC().Format(time.RFC3339Nano))
+	add(event.HeaderDLQTime, now.UTC().Format(time.RFC3339Nano))
 	// Time stays zero (kafka-go stamps the write time): recordSize's bound on
 	// the encoded size relies on it.
 	return kafka.Message{Key: m.Key, Value: m.Value, Headers: headers}
 }
 
-// writeDeadLetters writes the records synchronously with acks=all, in
+// Write writes the records synchronously with acks=all, in
 // batches that fit the dead-letter topic's max.message.bytes. A record that
 // alone exceeds the limit is written without its value (fitDeadLetter); it
 // is logged and counted once the broker has it. The error it returns is one
 // to retry (the broker or the limit read failed): the caller holds the offset
 // and calls again with the same records.
-func (c *Consumer) writeDeadLetters(ctx context.Context, msgs []kafka.Message) error {
-	st, release, err := c.deadLetterState(ctx, 0)
+func (d *Writer) Write(ctx context.Context, msgs []kafka.Message) error {
+	st, release, err := d.state(ctx, 0)
 	if err != nil {
 		return err
 	}
@@ -227,7 +250,7 @@ func (c *Consumer) writeDeadLetters(ctx context.Context, msgs []kafka.Message) e
 		// Before a value is dropped, make sure the limit wasn't raised since
 		// it was read.
 		release()
-		if st, release, err = c.deadLetterState(ctx, st.gen); err != nil {
+		if st, release, err = d.state(ctx, st.gen); err != nil {
 			return err
 		}
 	}
@@ -238,7 +261,7 @@ func (c *Consumer) writeDeadLetters(ctx context.Context, msgs []kafka.Message) e
 		var whole []kafka.Message
 		msgs, whole = splitOversized(msgs, st.limit)
 		for _, m := range whole {
-			ok, err := c.writeWhole(ctx, m)
+			ok, err := d.writeWhole(ctx, m)
 			if err != nil {
 				release()
 				return err
@@ -248,7 +271,7 @@ func (c *Consumer) writeDeadLetters(ctx context.Context, msgs []kafka.Message) e
 			}
 		}
 	}
-	r, err := c.writeFitted(ctx, st, msgs)
+	r, err := d.writeFitted(ctx, st, msgs)
 	release()
 	if err != nil {
 		return err
@@ -259,13 +282,13 @@ func (c *Consumer) writeDeadLetters(ctx context.Context, msgs []kafka.Message) e
 	// The broker refused batches sized to the limit we know: the topic's
 	// limit may have been lowered. Read it again and resend what it refused.
 	prev := st.limit
-	st, release, err = c.deadLetterState(ctx, st.gen)
+	st, release, err = d.state(ctx, st.gen)
 	if err != nil {
 		return err
 	}
 	defer release()
 	if st.limit < prev {
-		if refused, err = c.writeFitted(ctx, st, refused); err != nil || len(refused) == 0 {
+		if refused, err = d.writeFitted(ctx, st, refused); err != nil || len(refused) == 0 {
 			return err
 		}
 	}
@@ -273,7 +296,7 @@ func (c *Consumer) writeDeadLetters(ctx context.Context, msgs []kafka.Message) e
 	// each record alone, so that only a record the broker refuses by itself
 	// loses its value.
 	for _, m := range refused {
-		if err := c.writeAlone(ctx, st, m); err != nil {
+		if err := d.writeAlone(ctx, st, m); err != nil {
 			return err
 		}
 	}
@@ -294,8 +317,8 @@ func splitOversized(msgs []kafka.Message, limit int) (fit, over []kafka.Message)
 
 // writeWhole writes m whole through a writer sized for it alone; ok is false
 // if the broker refuses it as too large.
-func (c *Consumer) writeWhole(ctx context.Context, m kafka.Message) (ok bool, err error) {
-	w := c.dlq.newWriter(int(recordSize(m)) + recordBatchOverhead)
+func (d *Writer) writeWhole(ctx context.Context, m kafka.Message) (ok bool, err error) {
+	w := d.newWriter(int(recordSize(m)) + recordBatchOverhead)
 	defer w.Close()
 	err = w.WriteMessages(ctx, m)
 	var werrs kafka.WriteErrors
@@ -310,16 +333,16 @@ func (c *Consumer) writeWhole(ctx context.Context, m kafka.Message) (ok bool, er
 
 // writeFitted writes msgs fitted to st.limit and returns those the broker
 // refused as too large, or the error of any other failure.
-func (c *Consumer) writeFitted(ctx context.Context, st dlqState, msgs []kafka.Message) (refused []kafka.Message, err error) {
+func (d *Writer) writeFitted(ctx context.Context, st dlqState, msgs []kafka.Message) (refused []kafka.Message, err error) {
 	send := make([]kafka.Message, len(msgs))
 	for i := range msgs {
-		if send[i], err = c.fitDeadLetter(msgs[i], st.limit); err != nil {
+		if send[i], err = d.fitDeadLetter(msgs[i], st.limit); err != nil {
 			return nil, err
 		}
 	}
 	err = st.w.WriteMessages(ctx, send...)
 	if err == nil {
-		c.reportDropped(send, st.limit)
+		d.reportDropped(send, st.limit)
 		return nil, nil
 	}
 	var werrs kafka.WriteErrors
@@ -330,7 +353,7 @@ func (c *Consumer) writeFitted(ctx context.Context, st dlqState, msgs []kafka.Me
 	for i, e := range werrs {
 		switch {
 		case e == nil:
-			c.reportDropped(send[i:i+1], st.limit)
+			d.reportDropped(send[i:i+1], st.limit)
 		case tooLarge(e):
 			refused = append(refused, msgs[i])
 		case failed == nil:
@@ -345,15 +368,15 @@ func (c *Consumer) writeFitted(ctx context.Context, st dlqState, msgs []kafka.Me
 
 // writeAlone writes one record by itself, dropping its value, then its key
 // and original headers, as long as the broker refuses it as too large.
-func (c *Consumer) writeAlone(ctx context.Context, st dlqState, orig kafka.Message) error {
-	m, err := c.fitDeadLetter(orig, st.limit)
+func (d *Writer) writeAlone(ctx context.Context, st dlqState, orig kafka.Message) error {
+	m, err := d.fitDeadLetter(orig, st.limit)
 	if err != nil {
 		return err
 	}
 	for {
 		err := st.w.WriteMessages(ctx, m)
 		if err == nil {
-			c.reportDropped([]kafka.Message{m}, st.limit)
+			d.reportDropped([]kafka.Message{m}, st.limit)
 			return nil
 		}
 		var werrs kafka.WriteErrors
@@ -364,13 +387,13 @@ func (c *Consumer) writeAlone(ctx context.Context, st dlqState, orig kafka.Messa
 			return fmt.Errorf("writing a dead letter: %w", werrs[0])
 		}
 		switch {
-		case headerValue(m, HeaderDLQValueDropped) == "":
+		case headerValue(m, event.HeaderDLQValueDropped) == "":
 			m = withoutValue(orig)
-		case headerValue(m, HeaderDLQKeyAndHeadersDropped) == "":
+		case headerValue(m, event.HeaderDLQKeyAndHeadersDropped) == "":
 			m = withoutKeyAndHeaders(m)
 		default:
 			return fmt.Errorf("the dead-letter topic %s refuses a dead letter of %d bytes without key, value or original headers as too large (max.message.bytes read as %d): raise its max.message.bytes",
-				c.cfg.DeadLetterTopic, recordSize(m), st.limit)
+				d.cfg.Topic, recordSize(m), st.limit)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package consumer
+package deadletter
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idempotency-dev/operator/consumer/event"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -16,7 +17,7 @@ import (
 // it can't go to the dead-letter topic whole, and its original stays
 // readable from the source topic (the dlq-original-* headers say where) until
 // the source topic's retention removes it.
-func (c *Consumer) fitDeadLetter(m kafka.Message, limit int) (kafka.Message, error) {
+func (d *Writer) fitDeadLetter(m kafka.Message, limit int) (kafka.Message, error) {
 	maxSize := batchBytes(limit)
 	if recordSize(m) <= maxSize {
 		return m, nil
@@ -30,7 +31,7 @@ func (c *Consumer) fitDeadLetter(m kafka.Message, limit int) (kafka.Message, err
 		return m, nil
 	}
 	return m, fmt.Errorf("a dead letter needs %d bytes without key, value or original headers, more than the dead-letter topic %s's max.message.bytes %d allows: raise it",
-		recordSize(m)+recordBatchOverhead, c.cfg.DeadLetterTopic, limit)
+		recordSize(m)+recordBatchOverhead, d.cfg.Topic, limit)
 }
 
 // withoutValue returns m without its value, marked with the headers
@@ -39,8 +40,8 @@ func withoutValue(m kafka.Message) kafka.Message {
 	size := len(m.Value)
 	m.Value = nil
 	m.Headers = append(slices.Clip(m.Headers),
-		kafka.Header{Key: HeaderDLQValueDropped, Value: []byte("true")},
-		kafka.Header{Key: HeaderDLQValueSize, Value: []byte(strconv.Itoa(size))})
+		kafka.Header{Key: event.HeaderDLQValueDropped, Value: []byte("true")},
+		kafka.Header{Key: event.HeaderDLQValueSize, Value: []byte(strconv.Itoa(size))})
 	return m
 }
 
@@ -50,38 +51,38 @@ func withoutKeyAndHeaders(m kafka.Message) kafka.Message {
 	m.Key = nil
 	var hs []kafka.Header
 	for _, h := range m.Headers {
-		if strings.HasPrefix(h.Key, DeadLetterHeaderPrefix) {
+		if strings.HasPrefix(h.Key, event.DeadLetterHeaderPrefix) {
 			hs = append(hs, h)
 		}
 	}
-	m.Headers = append(hs, kafka.Header{Key: HeaderDLQKeyAndHeadersDropped, Value: []byte("true")})
+	m.Headers = append(hs, kafka.Header{Key: event.HeaderDLQKeyAndHeadersDropped, Value: []byte("true")})
 	return m
 }
 
 // reportDropped logs and counts the dead letters among msgs, which the broker
 // has acknowledged, that were written without their value.
-func (c *Consumer) reportDropped(msgs []kafka.Message, limit int) {
+func (d *Writer) reportDropped(msgs []kafka.Message, limit int) {
 	for i := range msgs {
 		m := &msgs[i]
-		if headerValue(*m, HeaderDLQValueDropped) == "" {
+		if headerValue(*m, event.HeaderDLQValueDropped) == "" {
 			continue
 		}
-		c.metrics.DeadLetterValuesDropped.WithLabelValues(c.cfg.Topic).Inc()
+		d.cfg.Dropped.WithLabelValues(d.cfg.SourceTopic).Inc()
 		attrs := []any{
-			"deadLetterTopic", c.cfg.DeadLetterTopic,
-			"partition", headerValue(*m, HeaderDLQOriginalPartition),
-			"offset", headerValue(*m, HeaderDLQOriginalOffset),
-			"reason", headerValue(*m, HeaderDLQReason),
-			"valueBytes", headerValue(*m, HeaderDLQValueSize),
+			"deadLetterTopic", d.cfg.Topic,
+			"partition", headerValue(*m, event.HeaderDLQOriginalPartition),
+			"offset", headerValue(*m, event.HeaderDLQOriginalOffset),
+			"reason", headerValue(*m, event.HeaderDLQReason),
+			"valueBytes", headerValue(*m, event.HeaderDLQValueSize),
 			"maxMessageBytes", limit,
 		}
-		if id := headerValue(*m, HeaderDLQEventID); id != "" {
+		if id := headerValue(*m, event.HeaderDLQEventID); id != "" {
 			attrs = append(attrs, "eventId", id)
 		}
-		if headerValue(*m, HeaderDLQKeyAndHeadersDropped) != "" {
+		if headerValue(*m, event.HeaderDLQKeyAndHeadersDropped) != "" {
 			attrs = append(attrs, "keyAndHeadersDropped", true)
 		}
-		c.log.Error("dead letter written without its value: the record alone exceeds the dead-letter topic's max.message.bytes; the original stays in the source topic until its retention",
+		d.cfg.Log.Error("dead letter written without its value: the record alone exceeds the dead-letter topic's max.message.bytes; the original stays in the source topic until its retention",
 			attrs...)
 	}
 }
