@@ -18,6 +18,7 @@ import (
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
 	"github.com/idempotency-dev/operator/consumer/internal/broker"
 	"github.com/idempotency-dev/operator/consumer/internal/deadletter"
+	"github.com/idempotency-dev/operator/consumer/internal/membudget"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 )
@@ -49,7 +50,7 @@ type Consumer struct {
 	claims   *claims
 	xm       *telemetry.ExternalMetrics
 	// mem is the process-wide memory budget (membudget.go).
-	mem *memBudget
+	mem *membudget.Budget
 	// tracing starts the batch and handler spans (tracing.go).
 	tracing *telemetry.Tracing
 	// calls are the handler calls running (inflight.go).
@@ -122,7 +123,7 @@ func newConsumer(cfg Config, h Handler) (*Consumer, error) {
 	if c.xm, err = telemetry.NewExternalMetrics(reg); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
-	if c.mem, err = newMemBudget(cfg.MemoryBudget, reg); err != nil {
+	if c.mem, err = membudget.New(cfg.MemoryBudget, reg); err != nil {
 		return nil, err
 	}
 	c.health = telemetry.NewHealth(func(ready bool) {

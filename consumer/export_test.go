@@ -22,4 +22,4 @@ func SetBeforeRecordHook(c *Consumer, fn func(partition int, ids []uuid.UUID) er
 }
 
 // PeakInflightBytes is the highest value the inflight_bytes gauge has had.
-func PeakInflightBytes(c *Consumer) int64 { return c.mem.peak.Load() }
+func PeakInflightBytes(c *Consumer) int64 { return c.mem.Peak() }

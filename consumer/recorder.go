@@ -122,7 +122,7 @@ func (p *xpart) recorded(job *recJob) error {
 			c.claims.release(r.Ev.ID, r.claim)
 		}
 		p.bytes.Add(-r.size)
-		p.w.mem.releaseRecord(&r.Msg)
+		p.w.mem.ReleaseRecord(&r.Msg)
 		p.countDone(r)
 		if r.lent {
 			p.lent--

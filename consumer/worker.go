@@ -12,6 +12,7 @@ import (
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
 	"github.com/idempotency-dev/operator/consumer/internal/broker"
+	"github.com/idempotency-dev/operator/consumer/internal/membudget"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 )
@@ -31,8 +32,8 @@ type worker struct {
 	log       *slog.Logger
 	inserter  *dedup.Inserter
 	reader    *kafka.Reader
-	guard     txGuard       // batch-transaction safety nets (txguard.go)
-	mem       *partitionMem // this worker's part of the memory budget (membudget.go)
+	guard     txGuard              // batch-transaction safety nets (txguard.go)
+	mem       *membudget.Partition // this worker's part of the memory budget (membudget.go)
 	// assignStart is where this assignment started; dbPos is the position
 	// this worker last read from or recorded in the database (noPosition:
 	// none). See positions.go.
@@ -55,16 +56,16 @@ func (w *worker) run(genCtx context.Context) {
 	w.log = c.log.With("partition", w.partition, "generation", w.gen.ID)
 	w.inserter = c.inserter
 	// The memory budget is shared by the partitions of this generation.
-	w.mem = c.mem.forPartitions(len(w.gen.Assignments[c.cfg.Topic]), c.cfg.Envelope.MaxBytes)
-	defer w.mem.release()
+	w.mem = c.mem.ForPartitions(len(w.gen.Assignments[c.cfg.Topic]), c.cfg.Envelope.MaxBytes)
+	defer w.mem.Release()
 	w.reader = kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        c.cfg.Brokers,
 		Topic:          c.cfg.Topic,
 		Partition:      w.partition,
 		Dialer:         c.kafka.Dialer,
-		QueueCapacity:  w.mem.plan.queueCapacity,
+		QueueCapacity:  w.mem.Plan.QueueCapacity,
 		MinBytes:       1,
-		MaxBytes:       w.mem.plan.fetchMaxBytes,
+		MaxBytes:       w.mem.Plan.FetchMaxBytes,
 		MaxWait:        500 * time.Millisecond,
 		ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second,
@@ -142,8 +143,8 @@ func (w *worker) run(genCtx context.Context) {
 // previous batch is done when it is called, so its bytes are released first;
 // a record that does not fit is carried over to start the next batch.
 func (w *worker) collect() ([]kafka.Message, error) {
-	w.mem.release()
-	first, ok := w.mem.takeCarry(w.reader)
+	w.mem.Release()
+	first, ok := w.mem.TakeCarry(w.reader)
 	for !ok {
 		ctx, cancel := context.WithTimeout(w.genCtx, positionCheckInterval)
 		m, err := w.reader.FetchMessage(ctx)
@@ -159,7 +160,7 @@ func (w *worker) collect() ([]kafka.Message, error) {
 			return nil, errAbandoned
 		}
 	}
-	if err := w.mem.first(w.genCtx, &first); err != nil {
+	if err := w.mem.First(w.genCtx, &first); err != nil {
 		return nil, err // the generation ended while other batches held the budget
 	}
 	batch := make([]kafka.Message, 1, min(w.c.cfg.BatchSize, 1024))
@@ -174,7 +175,7 @@ func (w *worker) collect() ([]kafka.Message, error) {
 		if err != nil {
 			break // the wait is over, or the generation ended: process what we have
 		}
-		if !w.mem.next(&m) {
+		if !w.mem.Next(&m) {
 			break // carried over: the batch is full in bytes
 		}
 		batch = append(batch, m)

@@ -201,12 +201,12 @@ func (p *xpart) close() {
 		if r.claim != nil && r.owner {
 			p.c.claims.release(r.Ev.ID, r.claim)
 		}
-		p.w.mem.releaseRecord(&r.Msg)
+		p.w.mem.ReleaseRecord(&r.Msg)
 	}
 	for {
 		select {
 		case m := <-p.fetched:
-			p.w.mem.releaseRecord(&m)
+			p.w.mem.ReleaseRecord(&m)
 			continue
 		default:
 		}
@@ -231,7 +231,7 @@ func (p *xpart) fetch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		for p.bytes.Load() >= p.w.mem.plan.batchBytes {
+		for p.bytes.Load() >= p.w.mem.Plan.BatchBytes {
 			select {
 			case <-p.freed:
 			case <-ctx.Done():
@@ -256,7 +256,7 @@ func (p *xpart) fetch(ctx context.Context) {
 		}
 		bo.Reset()
 		c.health.OK(telemetry.CompKafka)
-		if err := p.w.mem.holdRecord(ctx, &m); err != nil {
+		if err := p.w.mem.Hold(ctx, &m); err != nil {
 			<-p.room
 			return // the session ended while other partitions held the budget
 		}

@@ -1,10 +1,11 @@
-package consumer
+package membudget
 
 import (
 	"context"
 	"fmt"
 	"sync/atomic"
 
+	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/sync/semaphore"
@@ -46,11 +47,11 @@ const (
 	unboundedRecordEstimate = 1 << 20
 )
 
-// partitionPlan is what one partition's worker may hold.
-type partitionPlan struct {
-	queueCapacity int   // kafka-go reader QueueCapacity
-	fetchMaxBytes int   // kafka-go reader MaxBytes
-	batchBytes    int64 // most bytes of one batch (the first record excepted)
+// Plan is what one partition's worker may hold.
+type Plan struct {
+	QueueCapacity int   // kafka-go reader QueueCapacity
+	FetchMaxBytes int   // kafka-go reader MaxBytes
+	BatchBytes    int64 // most bytes of one batch (the first record excepted)
 }
 
 // recordCost is the most memory one record the envelope accepts can take.
@@ -61,15 +62,15 @@ func recordCost(maxEventBytes int) int64 {
 	return int64(maxEventBytes) + fetchMargin
 }
 
-// planPartition sizes one partition's reader and batches for a budget shared
+// plan sizes one partition's reader and batches for a budget shared
 // by partitions partitions; budget 0 means unbounded (the settings without a
 // budget).
-func planPartition(budget int64, partitions, maxEventBytes int) partitionPlan {
+func plan(budget int64, partitions, maxEventBytes int) Plan {
 	cost := recordCost(maxEventBytes)
 	// Without a budget a fetch is sized for one record of at least 1 MiB.
 	fetch := max(cost, 1<<20+fetchMargin)
 	if budget <= 0 {
-		return partitionPlan{queueCapacity: defaultQueueCapacity, fetchMaxBytes: int(fetch), batchBytes: defaultMaxBatchBytes}
+		return Plan{QueueCapacity: defaultQueueCapacity, FetchMaxBytes: int(fetch), BatchBytes: defaultMaxBatchBytes}
 	}
 	n := int64(max(partitions, 1))
 	readerShare := budget / 2 / n
@@ -81,31 +82,31 @@ func planPartition(budget int64, partitions, maxEventBytes int) partitionPlan {
 	// below one record of the largest accepted size, so progress is kept.
 	fetch = min(fetch, max(readerShare, cost))
 	batch := min(max(budget/2/n, 1), defaultMaxBatchBytes)
-	return partitionPlan{queueCapacity: int(q), fetchMaxBytes: int(fetch), batchBytes: batch}
+	return Plan{QueueCapacity: int(q), FetchMaxBytes: int(fetch), BatchBytes: batch}
 }
 
-// memBudget is the process-wide part of the memory budget: the batches'
+// Budget is the process-wide part of the memory budget: the batches'
 // byte semaphore and the in-flight bytes gauge.
-type memBudget struct {
+type Budget struct {
 	budget int64
 	// sem bounds the batches' bytes to batchCap; nil without a budget.
 	sem      *semaphore.Weighted
 	batchCap int64
 	inflight atomic.Int64
-	peak     atomic.Int64 // highest inflight seen, for tests
+	peak     atomic.Int64 // highest inflight seen (Peak)
 	gauge    prometheus.Gauge
 }
 
-func newMemBudget(budget int64, reg prometheus.Registerer) (*memBudget, error) {
-	b := &memBudget{
+func New(budget int64, reg prometheus.Registerer) (*Budget, error) {
+	b := &Budget{
 		budget: budget,
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: MetricsNamespace, Name: "inflight_bytes",
+			Namespace: telemetry.Namespace, Name: "inflight_bytes",
 			Help: "Bytes (keys, values and headers) of the records taken from the partition readers and not done yet, all partitions together.",
 		}),
 	}
 	budgetGauge := prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: MetricsNamespace, Name: "memory_budget_bytes",
+		Namespace: telemetry.Namespace, Name: "memory_budget_bytes",
 		Help: "The memory budget the readers and batches are sized to (0: unbounded).",
 	})
 	budgetGauge.Set(float64(budget))
@@ -121,7 +122,7 @@ func newMemBudget(budget int64, reg prometheus.Registerer) (*memBudget, error) {
 	return b, nil
 }
 
-func (b *memBudget) add(n int64) {
+func (b *Budget) add(n int64) {
 	v := b.inflight.Add(n)
 	b.gauge.Set(float64(v))
 	for {
@@ -132,11 +133,11 @@ func (b *memBudget) add(n int64) {
 	}
 }
 
-// partitionMem is one worker's part of the budget: its plan, the bytes its
+// Partition is one worker's part of the budget: its plan, the bytes its
 // current batch holds, and the carry.
-type partitionMem struct {
-	b    *memBudget
-	plan partitionPlan
+type Partition struct {
+	b    *Budget
+	Plan Plan
 	// held is what the current batch acquired from the semaphore (acquired)
 	// and counts in the gauge (bytes); they differ only for a record larger
 	// than the semaphore, which acquires all of it.
@@ -147,10 +148,10 @@ type partitionMem struct {
 	carry *kafka.Message
 }
 
-// forPartitions returns a worker's share when partitions are assigned to the
+// ForPartitions returns a worker's share when partitions are assigned to the
 // process in the generation.
-func (b *memBudget) forPartitions(partitions, maxEventBytes int) *partitionMem {
-	return &partitionMem{b: b, plan: planPartition(b.budget, partitions, maxEventBytes)}
+func (b *Budget) ForPartitions(partitions, maxEventBytes int) *Partition {
+	return &Partition{b: b, Plan: plan(b.budget, partitions, maxEventBytes)}
 }
 
 func msgBytes(m *kafka.Message) int64 {
@@ -161,9 +162,9 @@ func msgBytes(m *kafka.Message) int64 {
 	return int64(n)
 }
 
-// release gives back what the worker's batch holds: its batch is done
+// Release gives back what the worker's batch holds: its batch is done
 // (committed or given up).
-func (p *partitionMem) release() {
+func (p *Partition) Release() {
 	// The gauge first: then it never shows more than the semaphore holds.
 	if p.bytes > 0 {
 		p.b.add(-p.bytes)
@@ -174,10 +175,10 @@ func (p *partitionMem) release() {
 	p.acquired, p.bytes, p.batchBytes = 0, 0, 0
 }
 
-// takeCarry returns the carried record, unless the reader was moved since
+// TakeCarry returns the carried record, unless the reader was moved since
 // (a rewind): then the record is dropped, as the reader will return it, or
 // skip it, itself.
-func (p *partitionMem) takeCarry(r interface{ Offset() int64 }) (kafka.Message, bool) {
+func (p *Partition) TakeCarry(r interface{ Offset() int64 }) (kafka.Message, bool) {
 	m := p.carry
 	p.carry = nil
 	if m == nil || m.Offset+1 != r.Offset() {
@@ -186,10 +187,10 @@ func (p *partitionMem) takeCarry(r interface{ Offset() int64 }) (kafka.Message, 
 	return *m, true
 }
 
-// first accounts for a batch's first record, waiting for the semaphore if
+// First accounts for a batch's first record, waiting for the semaphore if
 // other partitions' batches hold it. A record larger than the whole
 // semaphore acquires all of it, so it goes through alone.
-func (p *partitionMem) first(ctx context.Context, m *kafka.Message) error {
+func (p *Partition) First(ctx context.Context, m *kafka.Message) error {
 	n := msgBytes(m)
 	if p.b.sem != nil {
 		w := min(n, p.b.batchCap)
@@ -204,12 +205,12 @@ func (p *partitionMem) first(ctx context.Context, m *kafka.Message) error {
 	return nil
 }
 
-// next accounts for a further record of the batch; false (the record is
+// Next accounts for a further record of the batch; false (the record is
 // carried to the next batch) when it would take the batch over its share or
 // the semaphore has no room now.
-func (p *partitionMem) next(m *kafka.Message) bool {
+func (p *Partition) Next(m *kafka.Message) bool {
 	n := msgBytes(m)
-	if p.batchBytes+n > p.plan.batchBytes {
+	if p.batchBytes+n > p.Plan.BatchBytes {
 		p.carry = m
 		return false
 	}
@@ -226,12 +227,12 @@ func (p *partitionMem) next(m *kafka.Message) bool {
 	return true
 }
 
-// holdRecord accounts for one record held outside a batch (the external
+// Hold accounts for one record held outside a batch (the external
 // handlers' window, where records finish one by one) until releaseRecord:
 // it waits for the semaphore while other records hold the budget. A record
 // larger than the semaphore takes all of it. The caller bounds the
 // partition's own bytes to plan.batchBytes. Safe for concurrent use.
-func (p *partitionMem) holdRecord(ctx context.Context, m *kafka.Message) error {
+func (p *Partition) Hold(ctx context.Context, m *kafka.Message) error {
 	n := msgBytes(m)
 	if p.b.sem != nil {
 		if err := p.b.sem.Acquire(ctx, min(n, p.b.batchCap)); err != nil {
@@ -242,11 +243,14 @@ func (p *partitionMem) holdRecord(ctx context.Context, m *kafka.Message) error {
 	return nil
 }
 
-// releaseRecord gives back what holdRecord took for m.
-func (p *partitionMem) releaseRecord(m *kafka.Message) {
+// ReleaseRecord gives back what holdRecord took for m.
+func (p *Partition) ReleaseRecord(m *kafka.Message) {
 	n := msgBytes(m)
 	p.b.add(-n)
 	if p.b.sem != nil {
 		p.b.sem.Release(min(n, p.b.batchCap))
 	}
 }
+
+// Peak is the highest value the inflight_bytes gauge has had.
+func (b *Budget) Peak() int64 { return b.peak.Load() }

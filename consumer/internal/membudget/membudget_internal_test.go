@@ -1,4 +1,4 @@
-package consumer
+package membudget
 
 import (
 	"context"
@@ -10,23 +10,23 @@ import (
 )
 
 func TestPlanPartitionWithoutBudgetKeepsTodaysSettings(t *testing.T) {
-	got := planPartition(0, 8, 1<<20)
-	want := partitionPlan{queueCapacity: 100, fetchMaxBytes: 1<<20 + 64<<10, batchBytes: 16 << 20}
+	got := plan(0, 8, 1<<20)
+	want := Plan{QueueCapacity: 100, FetchMaxBytes: 1<<20 + 64<<10, BatchBytes: 16 << 20}
 	if got != want {
 		t.Fatalf("plan %+v, want %+v", got, want)
 	}
 	// A larger accepted value still gets a fetch that holds one record.
-	if got := planPartition(0, 1, 4<<20); got.fetchMaxBytes != 4<<20+64<<10 {
-		t.Fatalf("fetch %d for 4 MiB records", got.fetchMaxBytes)
+	if got := plan(0, 1, 4<<20); got.FetchMaxBytes != 4<<20+64<<10 {
+		t.Fatalf("fetch %d for 4 MiB records", got.FetchMaxBytes)
 	}
 }
 
 func TestPlanPartitionDefaultLimit(t *testing.T) {
 	// The operator's default: 256 MiB limit, budget half of it, 8 partitions,
 	// values up to 1 MiB.
-	got := planPartition(128<<20, 8, 1<<20)
+	got := plan(128<<20, 8, 1<<20)
 	cost := int64(1<<20 + 64<<10)
-	if got.queueCapacity != 5 || got.batchBytes != 8<<20 || got.fetchMaxBytes != int(cost) {
+	if got.QueueCapacity != 5 || got.BatchBytes != 8<<20 || got.FetchMaxBytes != int(cost) {
 		t.Fatalf("plan %+v, want queue 5, batch 8 MiB, fetch %d", got, cost)
 	}
 }
@@ -40,20 +40,20 @@ func TestPlanPartitionStaysWithinBudget(t *testing.T) {
 	for _, budget := range []int64{1 << 20, 16 << 20, 64 << 20, 128 << 20, 410 << 20, 4 << 30} {
 		for _, parts := range []int{0, 1, 3, 8, 32, 200} {
 			for _, maxEvent := range []int{-1, 1 << 10, 64 << 10, 1 << 20, 8 << 20} {
-				p := planPartition(budget, parts, maxEvent)
+				p := plan(budget, parts, maxEvent)
 				n := int64(max(parts, 1))
 				cost := recordCost(maxEvent)
-				if p.queueCapacity < 1 || p.queueCapacity > 100 {
-					t.Errorf("budget %d parts %d event %d: queue %d out of [1,100]", budget, parts, maxEvent, p.queueCapacity)
+				if p.QueueCapacity < 1 || p.QueueCapacity > 100 {
+					t.Errorf("budget %d parts %d event %d: queue %d out of [1,100]", budget, parts, maxEvent, p.QueueCapacity)
 				}
-				if int64(p.fetchMaxBytes) < cost {
-					t.Errorf("budget %d parts %d event %d: fetch %d below one record (%d)", budget, parts, maxEvent, p.fetchMaxBytes, cost)
+				if int64(p.FetchMaxBytes) < cost {
+					t.Errorf("budget %d parts %d event %d: fetch %d below one record (%d)", budget, parts, maxEvent, p.FetchMaxBytes, cost)
 				}
-				if p.batchBytes < 1 || p.batchBytes > 16<<20 {
-					t.Errorf("budget %d parts %d event %d: batch bytes %d", budget, parts, maxEvent, p.batchBytes)
+				if p.BatchBytes < 1 || p.BatchBytes > 16<<20 {
+					t.Errorf("budget %d parts %d event %d: batch bytes %d", budget, parts, maxEvent, p.BatchBytes)
 				}
-				readers := n * int64(p.queueCapacity+2) * cost
-				batches := n * p.batchBytes
+				readers := n * int64(p.QueueCapacity+2) * cost
+				batches := n * p.BatchBytes
 				if 3*cost*n <= budget/2 && readers+batches > budget {
 					t.Errorf("budget %d parts %d event %d: readers %d + batches %d exceed it", budget, parts, maxEvent, readers, batches)
 				}
@@ -62,9 +62,9 @@ func TestPlanPartitionStaysWithinBudget(t *testing.T) {
 	}
 }
 
-func newTestBudget(t *testing.T, budget int64) *memBudget {
+func newTestBudget(t *testing.T, budget int64) *Budget {
 	t.Helper()
-	b, err := newMemBudget(budget, prometheus.NewRegistry())
+	b, err := New(budget, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,20 +82,20 @@ func (o fixedOffset) Offset() int64 { return int64(o) }
 func TestMemBudgetSemaphore(t *testing.T) {
 	const budget = 4 << 20 // batches get 2 MiB, 1 MiB per partition with 2
 	b := newTestBudget(t, budget)
-	p0, p1 := b.forPartitions(2, 64<<10), b.forPartitions(2, 64<<10)
+	p0, p1 := b.ForPartitions(2, 64<<10), b.ForPartitions(2, 64<<10)
 	ctx := context.Background()
 
 	// A batch fills up to its share; the record that does not fit is carried.
-	if err := p0.first(ctx, msgOf(0, 600<<10)); err != nil {
+	if err := p0.First(ctx, msgOf(0, 600<<10)); err != nil {
 		t.Fatal(err)
 	}
-	if p0.next(msgOf(1, 300<<10)) != true {
+	if p0.Next(msgOf(1, 300<<10)) != true {
 		t.Fatal("a record within the share was refused")
 	}
-	if p0.next(msgOf(2, 200<<10)) {
+	if p0.Next(msgOf(2, 200<<10)) {
 		t.Fatal("a record past the partition's share was taken")
 	}
-	if _, ok := p0.takeCarry(fixedOffset(2)); ok {
+	if _, ok := p0.TakeCarry(fixedOffset(2)); ok {
 		t.Fatal("a carry survived a reader that moved (rewind)")
 	}
 	if got := b.inflight.Load(); got != 900<<10 {
@@ -103,26 +103,26 @@ func TestMemBudgetSemaphore(t *testing.T) {
 	}
 
 	// A record larger than the whole semaphore takes all of it: alone.
-	p0.release()
-	if err := p0.first(ctx, msgOf(3, 3<<20)); err != nil {
+	p0.Release()
+	if err := p0.First(ctx, msgOf(3, 3<<20)); err != nil {
 		t.Fatal(err)
 	}
-	if p1.next(msgOf(10, 1)) {
+	if p1.Next(msgOf(10, 1)) {
 		t.Fatal("another partition took bytes while an oversized record held the budget")
 	}
-	if m, ok := p1.takeCarry(fixedOffset(11)); !ok || m.Offset != 10 {
+	if m, ok := p1.TakeCarry(fixedOffset(11)); !ok || m.Offset != 10 {
 		t.Fatalf("carry %+v %v, want offset 10", m, ok)
 	}
 	// The next partition's first record waits until the oversized batch is done.
 	waitCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if err := p1.first(waitCtx, msgOf(10, 1)); err == nil {
+	if err := p1.First(waitCtx, msgOf(10, 1)); err == nil {
 		t.Fatal("a first record got in while an oversized record held the whole budget")
 	}
 	done := make(chan error, 1)
-	go func() { done <- p1.first(ctx, msgOf(10, 1)) }()
+	go func() { done <- p1.First(ctx, msgOf(10, 1)) }()
 	time.Sleep(20 * time.Millisecond)
-	p0.release()
+	p0.Release()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -131,25 +131,25 @@ func TestMemBudgetSemaphore(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiting first record was not let in after the release")
 	}
-	p1.release()
+	p1.Release()
 	if got := b.inflight.Load(); got != 0 {
 		t.Fatalf("in flight %d after every release, want 0", got)
 	}
-	if got := b.peak.Load(); got != 3<<20 {
+	if got := b.Peak(); got != 3<<20 {
 		t.Fatalf("peak %d, want the oversized record's %d", got, 3<<20)
 	}
 }
 
 func TestMemBudgetUnbounded(t *testing.T) {
 	b := newTestBudget(t, 0)
-	p := b.forPartitions(8, 1<<20)
-	if err := p.first(context.Background(), msgOf(0, 10<<20)); err != nil {
+	p := b.ForPartitions(8, 1<<20)
+	if err := p.First(context.Background(), msgOf(0, 10<<20)); err != nil {
 		t.Fatal(err)
 	}
-	if !p.next(msgOf(1, 6<<20)) || p.next(msgOf(2, 1)) {
+	if !p.Next(msgOf(1, 6<<20)) || p.Next(msgOf(2, 1)) {
 		t.Fatal("without a budget a batch holds up to 16 MiB")
 	}
-	p.release()
+	p.Release()
 	if b.inflight.Load() != 0 {
 		t.Fatal("bytes left after release")
 	}
@@ -157,23 +157,23 @@ func TestMemBudgetUnbounded(t *testing.T) {
 
 func TestMemBudgetHoldRecord(t *testing.T) {
 	b := newTestBudget(t, 2<<20) // 1 MiB for records in flight
-	p := b.forPartitions(2, 1<<20)
+	p := b.ForPartitions(2, 1<<20)
 	ctx := context.Background()
 	big, small := msgOf(0, 3<<20), msgOf(1, 10)
-	if err := p.holdRecord(ctx, big); err != nil {
+	if err := p.Hold(ctx, big); err != nil {
 		t.Fatal(err)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if err := p.holdRecord(waitCtx, small); err == nil {
+	if err := p.Hold(waitCtx, small); err == nil {
 		t.Fatal("a record got in while an oversized one held the whole budget")
 	}
-	p.releaseRecord(big)
-	if err := p.holdRecord(ctx, small); err != nil {
+	p.ReleaseRecord(big)
+	if err := p.Hold(ctx, small); err != nil {
 		t.Fatal(err)
 	}
-	p.releaseRecord(small)
-	if b.inflight.Load() != 0 || b.peak.Load() != 3<<20 {
-		t.Fatalf("in flight %d peak %d", b.inflight.Load(), b.peak.Load())
+	p.ReleaseRecord(small)
+	if b.inflight.Load() != 0 || b.Peak() != 3<<20 {
+		t.Fatalf("in flight %d peak %d", b.inflight.Load(), b.Peak())
 	}
 }
