@@ -18,9 +18,12 @@ import (
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
 	"github.com/idempotency-dev/operator/consumer/internal/broker"
 	"github.com/idempotency-dev/operator/consumer/internal/deadletter"
+	"github.com/idempotency-dev/operator/consumer/internal/extpipe"
 	"github.com/idempotency-dev/operator/consumer/internal/membudget"
+	"github.com/idempotency-dev/operator/consumer/internal/partition"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
+	"github.com/idempotency-dev/operator/consumer/internal/txpipe"
 )
 
 // shutdownSlack is how long Run waits, once the shutdown timeout is over and
@@ -43,11 +46,8 @@ type Consumer struct {
 	inserter *dedup.Inserter
 	// positions is the group's positions table (positions.go).
 	positions *dedup.Positions
-	// external is set instead of handler by NewExternal; inFlight is its
-	// MaxInFlight semaphore and claims its in-process id claims (claims.go).
+	// external is set instead of handler by NewExternal.
 	external ExternalHandler
-	inFlight *slots
-	claims   *claims
 	xm       *telemetry.ExternalMetrics
 	// mem is the process-wide memory budget (membudget.go).
 	mem *membudget.Budget
@@ -267,6 +267,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		_ = group.Close()
 	}()
 
+	deps, pipeline := c.partitionDeps(), c.pipeline()
 	var groupErrAt time.Time
 	for {
 		gen, err := group.Next(runCtx)
@@ -296,8 +297,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		c.log.Info("joined generation", "generation", gen.ID, "member", gen.MemberID, "partitions", parts)
 		for _, a := range assigned {
-			w := &worker{c: c, gen: gen, partition: a.ID, offset: a.Offset, hardCtx: hardCtx, fatal: stopRun, runCtx: runCtx}
-			gen.Start(w.run)
+			w := &partition.Worker{D: deps, Gen: gen, Partition: a.ID, Offset: a.Offset, HardCtx: hardCtx, Fatal: stopRun, RunCtx: runCtx}
+			gen.Start(func(genCtx context.Context) { w.Run(genCtx, pipeline) })
 		}
 	}
 	select {
@@ -397,7 +398,7 @@ func (c *Consumer) closeAbandoned() {
 // false if ctx ended, and an error for a table of the other scope, which no
 // wait can fix.
 func (c *Consumer) setup(ctx context.Context) (bool, error) {
-	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(backoff.DefaultInitial, c.cfg.RetryBackoffMax)
 	var lastLogged string
 	for {
 		err := c.checkDatabase(ctx)
@@ -472,4 +473,36 @@ func (c *Consumer) checkDurability(ctx context.Context) {
 		c.log.Warn("the database can lose acknowledged commits; the positions table makes the consumer redo them from Kafka while the topic still holds the records",
 			"reason", r.Reason, "detail", r.Message)
 	}
+}
+
+// partitionDeps is what the partition workers share; the pool is open.
+func (c *Consumer) partitionDeps() *partition.Deps {
+	return &partition.Deps{
+		Topic: c.cfg.Topic, Group: c.cfg.Group, StartOffset: c.cfg.StartOffset, DeadLetterTopic: c.cfg.DeadLetterTopic,
+		Isolation: c.cfg.Isolation.kafkaLevel(), BatchSize: c.cfg.BatchSize, BatchWait: c.cfg.BatchWait,
+		RetryBackoffMax: c.cfg.RetryBackoffMax, Envelope: c.cfg.Envelope, Policies: c.cfg.Policies,
+		DisableDedup: c.hooks.disableDedup,
+		Log:          c.log, Secrets: c.secrets, Metrics: c.metrics, Health: c.health, Tracing: c.tracing, Mem: c.mem,
+		Clients: c.kafka, Pool: c.pool, Positions: c.positions, DeadLetters: c.dlq,
+	}
+}
+
+// pipeline is the pipeline that processes each partition: the
+// transactional one (txpipe) for a Handler, the external one (extpipe) for
+// an ExternalHandler.
+func (c *Consumer) pipeline() func(*partition.Worker) {
+	if c.external != nil {
+		x := extpipe.New(extpipe.Config{
+			Handler: c.external, Inserter: c.inserter, Ordering: extpipe.Ordering(c.cfg.Ordering), MaxInFlight: c.cfg.MaxInFlight,
+			HandlerMaxAttempts: c.cfg.HandlerMaxAttempts, HandlerBackoff: c.cfg.HandlerBackoff, HandlerBackoffMax: c.cfg.HandlerBackoffMax,
+			RetryLaterMax: c.cfg.RetryLaterMax, Calls: c.calls, XM: c.xm, BeforeRecord: c.hooks.beforeRecord,
+		})
+		return func(w *partition.Worker) { extpipe.Run(w, x) }
+	}
+	t := &txpipe.Config{
+		Handler: c.handler, Inserter: c.inserter,
+		HandlerMaxAttempts: c.cfg.HandlerMaxAttempts, HandlerBackoff: c.cfg.HandlerBackoff, HandlerBackoffMax: c.cfg.HandlerBackoffMax,
+		Calls: c.calls, AfterDBCommit: c.hooks.afterDBCommit,
+	}
+	return func(w *partition.Worker) { txpipe.Run(w, t) }
 }

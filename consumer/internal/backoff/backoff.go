@@ -67,3 +67,7 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// DefaultInitial is the first pause after a database or broker failure;
+// the pauses double up to the consumer's RetryBackoffMax.
+const DefaultInitial = 200 * time.Millisecond

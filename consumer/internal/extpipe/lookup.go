@@ -1,4 +1,4 @@
-package consumer
+package extpipe
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/idempotency-dev/operator/consumer/envelope"
+	"github.com/idempotency-dev/operator/consumer/event"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
 	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
@@ -23,7 +24,7 @@ func (p *xpart) accept(batch []kafka.Message) {
 	now := time.Now()
 	for _, m := range batch {
 		r := &xrec{fetched: now, size: int64(len(m.Key) + len(m.Value))}
-		p.w.decode(&r.Item, m)
+		p.w.Decode(&r.Item, m)
 		p.window = append(p.window, r)
 		if r.State == record.Rejected {
 			p.reject(r)
@@ -31,7 +32,7 @@ func (p *xpart) accept(batch []kafka.Message) {
 		}
 		r.Ev.Deduplicated = true
 		// Registered before the lookup: see claims.
-		r.claim, r.owner = c.claims.register(r.Ev.ID, r, p)
+		r.claim, r.owner = c.Claims.register(r.Ev.ID, r, p)
 		p.unlooked = append(p.unlooked, r)
 	}
 }
@@ -59,15 +60,15 @@ func (p *xpart) looked(lr lookResult) {
 		switch {
 		case lr.outside[i]:
 			if r.owner {
-				c.claims.release(r.Ev.ID, r.claim)
+				c.Claims.release(r.Ev.ID, r.claim)
 			}
 			r.claim, r.owner = nil, false
-			w := c.inserter.Window()
-			r.Reason = ReasonOutsideWindow
+			w := c.Inserter.Window()
+			r.Reason = event.ReasonOutsideWindow
 			r.ErrText = fmt.Sprintf("event id %s (time %s) is outside the dedup window [%s, %s)",
 				r.Ev.ID, envelope.Time(r.Ev.ID).Format(time.RFC3339), w.From.Format(time.RFC3339), w.To.Format(time.RFC3339))
-			r.Policy = c.cfg.Policies[ReasonOutsideWindow]
-			if r.Policy == PolicyProcess {
+			r.Policy = c.Policies[event.ReasonOutsideWindow]
+			if r.Policy == event.PolicyProcess {
 				r.Ev.Deduplicated = false
 				p.ready(r)
 				continue
@@ -76,7 +77,7 @@ func (p *xpart) looked(lr lookResult) {
 			p.reject(r)
 		case lr.recorded[i]:
 			if r.owner {
-				c.claims.resolve(r.Ev.ID, r.claim, true)
+				c.Claims.resolve(r.Ev.ID, r.claim, true)
 			}
 			r.State, r.status = record.Duplicate, xDone
 		default:
@@ -88,13 +89,13 @@ func (p *xpart) looked(lr lookResult) {
 // reject applies a rejected record's policy.
 func (p *xpart) reject(r *xrec) {
 	switch r.Policy {
-	case PolicyStop:
+	case event.PolicyStop:
 		r.status = xStuck
 		if p.stopErr == nil {
 			p.stopErr = r.Item.StopError()
 			p.draining = true
 		}
-	case PolicySkip:
+	case event.PolicySkip:
 		r.status = xDone
 	default:
 		r.status = xFailed
@@ -106,23 +107,23 @@ func (p *xpart) reject(r *xrec) {
 // (startLookup): it touches no session state.
 func (p *xpart) lookup(ids []uuid.UUID) (recorded, outside []bool, err error) {
 	w, c := p.w, p.c
-	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
 	for {
 		ctx, cancel := context.WithTimeout(p.lookCtx, 30*time.Second)
-		recorded, outside, err = c.inserter.Recorded(ctx, c.pool, ids)
+		recorded, outside, err = c.Inserter.Recorded(ctx, c.Pool, ids)
 		cancel()
 		if err == nil {
-			if d := c.health.OK(telemetry.CompDatabase); d > 0 {
-				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
+			if d := c.Health.OK(telemetry.CompDatabase); d > 0 {
+				w.Log.Info("database reachable again", "outage", d.Round(time.Millisecond))
 			}
 			return recorded, outside, nil
 		}
 		if p.lookCtx.Err() != nil {
 			return nil, nil, errGenEnded
 		}
-		c.metrics.InfraErrors.WithLabelValues(telemetry.CompDatabase).Inc()
-		if err = redact.Err(err, c.secrets...); c.health.Fail(telemetry.CompDatabase, err) {
-			w.log.Warn("looking up event ids failed; pausing and retrying", "err", err)
+		c.Metrics.InfraErrors.WithLabelValues(telemetry.CompDatabase).Inc()
+		if err = redact.Err(err, c.Secrets...); c.Health.Fail(telemetry.CompDatabase, err) {
+			w.Log.Warn("looking up event ids failed; pausing and retrying", "err", err)
 		}
 		if !backoff.Sleep(p.lookCtx, bo.Next()) {
 			return nil, nil, errGenEnded

@@ -1,4 +1,4 @@
-package consumer
+package txpipe
 
 import (
 	"context"
@@ -7,39 +7,41 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/segmentio/kafka-go"
 
 	"github.com/idempotency-dev/operator/consumer/envelope"
+	"github.com/idempotency-dev/operator/consumer/event"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/partition"
 	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
+	"github.com/segmentio/kafka-go"
 )
 
 // process runs one batch to the point where its offset may be committed: the
 // database transaction has committed and every dead letter is acknowledged.
 // It returns the offset to commit (the last record's offset + 1), or
-// errAbandoned, or a fatal error (ErrStopped).
+// partition.ErrAbandoned, or a fatal error (event.ErrStopped).
 //
 // The batch normally commits in one transaction. After the server ended a
 // transaction for running or idling too long (idle_in_transaction_session_timeout,
 // transaction_timeout), the records are committed in smaller transactions
 // (see txGuard), each recording its own ids; the offset still moves once,
 // after all of them.
-func (w *worker) process(batch []kafka.Message) (next int64, err error) {
+func (w *batcher) process(batch []kafka.Message) (next int64, err error) {
 	c := w.c
 	items := make([]record.Item, len(batch))
-	if bs := w.startBatchSpan(batch); bs.On() {
-		defer func() { bs.End(record.Ptrs(items), spanError(err), c.secrets) }()
+	if bs := w.StartBatchSpan(batch); bs.On() {
+		defer func() { bs.End(record.Ptrs(items), spanError(err), c.Secrets) }()
 	}
 	for i := range batch {
-		w.decode(&items[i], batch[i])
-		if it := &items[i]; it.State == record.Rejected && it.Policy == PolicyStop {
+		w.Decode(&items[i], batch[i])
+		if it := &items[i]; it.State == record.Rejected && it.Policy == event.PolicyStop {
 			return 0, it.StopError()
 		}
 	}
 
-	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
 	w.guard.safe = false
 	redos := 0
 	// split bounds the records per transaction for the rest of this batch
@@ -58,7 +60,7 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 		if retry != nil {
 			if k := indexOf(items[done:], retry); k == 0 {
 				if !w.retryPause(retryWait) {
-					return 0, errAbandoned
+					return 0, partition.ErrAbandoned
 				}
 				retry = nil
 			} else if k > 0 && k < n {
@@ -97,29 +99,29 @@ func (w *worker) process(batch []kafka.Message) (next int64, err error) {
 						markOwnRows(part, re.poison)
 					}
 				}
-				w.log.Debug("batch transaction given up; redoing it with a savepoint round trip per event", "err", redact.Err(re.err, c.secrets...))
+				w.Log.Debug("batch transaction given up; redoing it with a savepoint round trip per event", "err", redact.Err(re.err, c.Secrets...))
 				continue
 			}
 			err = &record.InfraError{Err: re}
 		}
 		var ie *record.InfraError
 		if !errors.As(err, &ie) {
-			return 0, err // errAbandoned, ErrStopped or a *rewindError
+			return 0, err // partition.ErrAbandoned, event.ErrStopped or a *partition.RewindError
 		}
 		if w.splitRefused(part, err, &split) {
 			continue
 		}
 		if !w.txFailed(part, err, bo) {
-			return 0, errAbandoned
+			return 0, partition.ErrAbandoned
 		}
 	}
 	next = batch[len(batch)-1].Offset + 1
-	if h := c.hooks.afterDBCommit; h != nil {
-		if err := h(w.partition, next); err != nil {
+	if h := c.AfterDBCommit; h != nil {
+		if err := h(w.Partition, next); err != nil {
 			return 0, err
 		}
 	}
-	if err := w.deadLetter(items); err != nil {
+	if err := w.DeadLetter(items); err != nil {
 		return 0, err
 	}
 	w.count(items)
@@ -138,25 +140,25 @@ func indexOf(items []record.Item, it *record.Item) int {
 
 // partCommitted records a part's committed transaction: metrics, health,
 // the transaction size guard and the position the database now holds.
-func (w *worker) partCommitted(part []record.Item, start time.Time) {
+func (w *batcher) partCommitted(part []record.Item, start time.Time) {
 	c := w.c
-	c.metrics.TxSeconds.Observe(time.Since(start).Seconds())
-	c.health.DBSucceeded()
-	if d := c.health.OK(telemetry.CompDatabase); d > 0 {
-		w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
+	c.Metrics.TxSeconds.Observe(time.Since(start).Seconds())
+	c.Health.DBSucceeded()
+	if d := c.Health.OK(telemetry.CompDatabase); d > 0 {
+		w.Log.Info("database reachable again", "outage", d.Round(time.Millisecond))
 	}
-	w.guard.committed(c.cfg.BatchSize)
-	if !c.hooks.disableDedup {
+	w.guard.committed(c.BatchSize)
+	if !c.DisableDedup {
 		// The part recorded its position: the next part's check
 		// must find the database behind if it lost this one.
-		w.dbPos = part[len(part)-1].Msg.Offset + 1
+		w.DBPos = part[len(part)-1].Msg.Offset + 1
 	}
 }
 
 // splitRefused handles a COMMIT the database refused (commitRefused): it
 // halves the part (*split), or poisons the part's one event; true if the
 // part is to be tried again so.
-func (w *worker) splitRefused(part []record.Item, err error, split *int) bool {
+func (w *batcher) splitRefused(part []record.Item, err error, split *int) bool {
 	c := w.c
 	if refused := commitRefused(err); refused != nil {
 		// A deferred constraint or trigger refused the COMMIT because
@@ -165,11 +167,11 @@ func (w *worker) splitRefused(part []record.Item, err error, split *int) bool {
 		// alone, then take it as that event's failure.
 		if len(part) > 1 {
 			*split = len(part) / 2
-			w.log.Debug("the database refused the commit; splitting the transaction", "records", len(part), "err", redact.Err(refused, c.secrets...))
+			w.Log.Debug("the database refused the commit; splitting the transaction", "records", len(part), "err", redact.Err(refused, c.Secrets...))
 			return true
 		}
 		if it := &part[0]; it.State == record.Handled && it.Poison == "" {
-			it.Poison = redact.Text("the database refused to commit the event's writes: "+refused.Error(), c.secrets...)
+			it.Poison = redact.Text("the database refused to commit the event's writes: "+refused.Error(), c.Secrets...)
 			return true
 		}
 	}
@@ -180,37 +182,37 @@ func (w *worker) splitRefused(part []record.Item, err error, split *int) bool {
 // commits fewer records per transaction, otherwise it reports the database's
 // failure and pauses. False if the generation ended or shutdown timed out
 // during the pause.
-func (w *worker) txFailed(part []record.Item, err error, bo *backoff.Backoff) bool {
+func (w *batcher) txFailed(part []record.Item, err error, bo *backoff.Backoff) bool {
 	c := w.c
 	timeout := isServerTimeout(err)
-	err = redact.Err(err, c.secrets...)
+	err = redact.Err(err, c.Secrets...)
 	if timeout && w.guard.shrink(len(part)) {
 		// Retrying the same transaction would run into the same timeout
 		// forever (and repeat every handler's external calls): commit
 		// fewer records per transaction instead.
-		c.metrics.TxTimeouts.WithLabelValues(c.cfg.Topic).Inc()
+		c.Metrics.TxTimeouts.WithLabelValues(c.Topic).Inc()
 		if !w.guard.logged {
 			w.guard.logged = true
-			w.log.Warn("the database ended the batch transaction (server-side timeout); committing fewer records per transaction",
+			w.Log.Warn("the database ended the batch transaction (server-side timeout); committing fewer records per transaction",
 				"err", err, "records", len(part), "limit", w.guard.limit)
 		} else {
-			w.log.Debug("server-side timeout again; records per transaction reduced", "records", len(part), "limit", w.guard.limit)
+			w.Log.Debug("server-side timeout again; records per transaction reduced", "records", len(part), "limit", w.guard.limit)
 		}
 		return true
 	}
-	c.metrics.InfraErrors.WithLabelValues(telemetry.CompDatabase).Inc()
-	if c.health.Fail(telemetry.CompDatabase, err) {
+	c.Metrics.InfraErrors.WithLabelValues(telemetry.CompDatabase).Inc()
+	if c.Health.Fail(telemetry.CompDatabase, err) {
 		msg := "batch transaction failed; pausing and retrying"
 		if timeout {
 			// One record's handler alone outlasts the server's timeout:
 			// nothing the runtime can split further.
 			msg = "the database ended a one-record transaction (server-side timeout): raise idle_in_transaction_session_timeout or transaction_timeout above the handler's duration; pausing and retrying"
 		}
-		w.log.Warn(msg, "err", err, "records", len(part))
+		w.Log.Warn(msg, "err", err, "records", len(part))
 	} else {
-		w.log.Debug("batch transaction failed again", "err", err)
+		w.Log.Debug("batch transaction failed again", "err", err)
 	}
-	return w.pause(bo.Next())
+	return w.Pause(bo.Next())
 }
 
 // markOwnRows flags the events of part after poison whose handlers had not
@@ -228,36 +230,22 @@ func markOwnRows(part []record.Item, poison *record.Item) {
 	}
 }
 
-// pause waits d; false if the generation ended or shutdown timed out first.
-func (w *worker) pause(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-w.genCtx.Done():
-		return false
-	case <-w.hardCtx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // retryPause is the pause before a failed handler's next attempt, taken
 // with no transaction open. A rebalance ends it (false: the batch is given
 // up, the next owner gets it); a shutdown does not: the batch waits its
 // pause out and finishes within the grace period, unless that ends first.
-func (w *worker) retryPause(d time.Duration) bool {
+func (w *batcher) retryPause(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	gen := w.genCtx.Done()
+	gen := w.GenCtx.Done()
 	for {
 		select {
 		case <-gen:
-			if w.runCtx.Err() == nil {
+			if w.RunCtx.Err() == nil {
 				return false
 			}
 			gen = nil
-		case <-w.hardCtx.Done():
+		case <-w.HardCtx.Done():
 			return false
 		case <-t.C:
 			return true
@@ -265,15 +253,10 @@ func (w *worker) retryPause(d time.Duration) bool {
 	}
 }
 
-// decode decodes m into it, stamped with the current batch span.
-func (w *worker) decode(it *record.Item, m kafka.Message) {
-	record.Decode(it, m, w.span, w.c.cfg.Envelope, w.c.cfg.Policies)
-}
-
 // transact runs one attempt of the batch transaction.
-func (w *worker) transact(items []record.Item) error {
+func (w *batcher) transact(items []record.Item) error {
 	c := w.c
-	ctx := w.hardCtx
+	ctx := w.HardCtx
 	// Reset what a failed attempt may have decided.
 	ids := make([]uuid.UUID, 0, len(items))
 	pos := make([]int, 0, len(items))
@@ -290,7 +273,7 @@ func (w *worker) transact(items []record.Item) error {
 		pos = append(pos, i)
 	}
 
-	tx, err := c.pool.Begin(ctx)
+	tx, err := c.Pool.Begin(ctx)
 	if err != nil {
 		return record.Infra("beginning transaction: %w", err)
 	}
@@ -299,12 +282,12 @@ func (w *worker) transact(items []record.Item) error {
 	// The partition's position commits with the batch; recorded first, so a
 	// database that lost earlier batches is found before any handler runs
 	// (positions.go).
-	if err := w.recordPosition(ctx, tx, items); err != nil {
+	if err := w.RecordPosition(ctx, tx, items); err != nil {
 		return err
 	}
 
-	if len(ids) > 0 && !c.hooks.disableDedup {
-		res, err := w.inserter.Insert(ctx, tx, ids)
+	if len(ids) > 0 && !c.DisableDedup {
+		res, err := w.c.Inserter.Insert(ctx, tx, ids)
 		if err != nil {
 			return record.Infra("recording event ids: %w", err)
 		}
@@ -312,14 +295,14 @@ func (w *worker) transact(items []record.Item) error {
 			it := &items[i]
 			switch {
 			case res.Outside[k]:
-				it.Reason = ReasonOutsideWindow
+				it.Reason = event.ReasonOutsideWindow
 				it.ErrText = fmt.Sprintf("event id %s (time %s) is outside the dedup window [%s, %s)",
 					it.Ev.ID, envelope.Time(it.Ev.ID).Format(time.RFC3339), res.Window.From.Format(time.RFC3339), res.Window.To.Format(time.RFC3339))
-				it.Policy = c.cfg.Policies[ReasonOutsideWindow]
+				it.Policy = c.Policies[event.ReasonOutsideWindow]
 				switch it.Policy {
-				case PolicyProcess:
+				case event.PolicyProcess:
 					it.Ev.Deduplicated = false
-				case PolicyStop:
+				case event.PolicyStop:
 					return it.StopError()
 				default:
 					it.State = record.Rejected
@@ -347,50 +330,15 @@ func (w *worker) transact(items []record.Item) error {
 	return nil
 }
 
-// deadLetter writes the batch's dead letters, retrying until the broker has
-// them all or the generation ends.
-func (w *worker) deadLetter(items []record.Item) error {
-	c := w.c
-	var msgs []kafka.Message
-	now := time.Now()
-	for i := range items {
-		it := &items[i]
-		if it.State == record.Rejected && it.Policy == PolicyDeadLetter {
-			msgs = append(msgs, c.dlq.Message(it, now))
-		}
-	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
-	for {
-		err := c.dlq.Write(w.hardCtx, msgs)
-		if err == nil {
-			if d := c.health.OK(telemetry.CompDLQ); d > 0 {
-				w.log.Info("dead-letter topic writable again", "outage", d.Round(time.Millisecond))
-			}
-			return nil
-		}
-		c.metrics.InfraErrors.WithLabelValues(telemetry.CompDLQ).Inc()
-		err = redact.Err(err, c.secrets...)
-		if c.health.Fail(telemetry.CompDLQ, err) {
-			w.log.Warn("writing to the dead-letter topic failed; retrying, offset held", "err", err, "topic", c.cfg.DeadLetterTopic)
-		}
-		if !w.pause(bo.Next()) {
-			return errAbandoned
-		}
-	}
-}
-
 // count updates metrics and logs the batch's outcome, once it is final.
-func (w *worker) count(items []record.Item) {
+func (w *batcher) count(items []record.Item) {
 	c := w.c
-	t := c.cfg.Topic
+	t := c.Topic
 	var handled, dups int
 	for i := range items {
 		it := &items[i]
-		if it.Reason == ReasonOutsideWindow {
-			c.metrics.OutsideWindow.WithLabelValues(t).Inc()
+		if it.Reason == event.ReasonOutsideWindow {
+			c.Metrics.OutsideWindow.WithLabelValues(t).Inc()
 		}
 		switch it.State {
 		case record.Handled:
@@ -403,19 +351,28 @@ func (w *worker) count(items []record.Item) {
 				attrs = append(attrs, "eventId", it.Ev.ID)
 			}
 			switch it.Policy {
-			case PolicyDeadLetter:
-				c.metrics.DeadLettered.WithLabelValues(t, string(it.Reason)).Inc()
-				w.log.Warn("event dead-lettered", attrs...)
-			case PolicySkip:
-				c.metrics.Skipped.WithLabelValues(t, string(it.Reason)).Inc()
-				w.log.Warn("event skipped by policy", attrs...)
+			case event.PolicyDeadLetter:
+				c.Metrics.DeadLettered.WithLabelValues(t, string(it.Reason)).Inc()
+				w.Log.Warn("event dead-lettered", attrs...)
+			case event.PolicySkip:
+				c.Metrics.Skipped.WithLabelValues(t, string(it.Reason)).Inc()
+				w.Log.Warn("event skipped by policy", attrs...)
 			}
 		}
 	}
-	c.metrics.Processed.WithLabelValues(t).Add(float64(handled))
-	c.metrics.Duplicates.WithLabelValues(t).Add(float64(dups))
-	c.metrics.BatchSize.Observe(float64(len(items)))
-	c.metrics.Batches.WithLabelValues(t).Inc()
-	w.log.Debug("batch committed", "records", len(items), "handled", handled, "duplicates", dups,
+	c.Metrics.Processed.WithLabelValues(t).Add(float64(handled))
+	c.Metrics.Duplicates.WithLabelValues(t).Add(float64(dups))
+	c.Metrics.BatchSize.Observe(float64(len(items)))
+	c.Metrics.Batches.WithLabelValues(t).Inc()
+	w.Log.Debug("batch committed", "records", len(items), "handled", handled, "duplicates", dups,
 		"first", items[0].Msg.Offset, "last", items[len(items)-1].Msg.Offset)
+}
+
+// spanError is the error a batch span ends with: a revoked partition's batch
+// did not fail.
+func spanError(err error) error {
+	if errors.Is(err, partition.ErrAbandoned) {
+		return nil
+	}
+	return err
 }

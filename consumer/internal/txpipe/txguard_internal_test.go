@@ -1,10 +1,11 @@
-package consumer
+package txpipe
 
 import (
 	"errors"
 	"fmt"
 	"testing"
 
+	"github.com/idempotency-dev/operator/consumer/event"
 	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -21,13 +22,13 @@ func TestHandlerInfra(t *testing.T) {
 		infra bool
 	}{
 		{"plain error", errors.New("boom"), false},
-		{"Unavailable", Unavailable(errors.New("downstream refused")), true},
-		{"Permanent", Permanent(errors.New("bad")), false},
+		{"Unavailable", event.Unavailable(errors.New("downstream refused")), true},
+		{"Permanent", event.Permanent(errors.New("bad")), false},
 		{"data exception", pg("22003"), false},
-		{"data exception marked Unavailable", Unavailable(pg("22P02")), false},
-		{"unique violation marked Unavailable", Unavailable(pg("23505")), false},
+		{"data exception marked Unavailable", event.Unavailable(pg("22P02")), false},
+		{"unique violation marked Unavailable", event.Unavailable(pg("23505")), false},
 		{"undefined column", pg("42703"), false},
-		{"undefined table marked Unavailable", Unavailable(pg("42P01")), true},
+		{"undefined table marked Unavailable", event.Unavailable(pg("42P01")), true},
 		{"connection exception", pg("08006"), true},
 		{"disk full", pg("53100"), true},
 		{"admin shutdown", pg("57P01"), true},

@@ -1,4 +1,4 @@
-package consumer
+package extpipe
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idempotency-dev/operator/consumer/event"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/partition"
 	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
@@ -41,7 +43,7 @@ const (
 	xAwaitRow                 // a copy waiting off its lane for its id's first record (claims)
 	xRecording                // in the running recording job (was xSucceeded or xFailed)
 	xDone                     // durably done: recorded, duplicate, skipped or dead-lettered
-	xStuck                    // never done in this session (PolicyStop, abandoned)
+	xStuck                    // never done in this session (event.PolicyStop, abandoned)
 )
 
 // xrec is one record of a partition's window.
@@ -76,8 +78,8 @@ var errGenEnded = errors.New("generation ended")
 // xpart is one session of a partition under an external handler: from the
 // assignment (or a rewind) until the generation ends.
 type xpart struct {
-	w         *worker
-	c         *Consumer
+	w         *partition.Worker
+	c         *env
 	lookAhead int
 	lanes     *lanes
 	window    []*xrec // offset order
@@ -91,7 +93,7 @@ type xpart struct {
 	lent      int           // records in the window that gave their room back (at most lookAhead)
 	draining  bool          // start no more calls
 	ending    bool          // the generation ended: record what finishes, then stop
-	stopErr   error         // PolicyStop: returned once everything else is durable
+	stopErr   error         // event.PolicyStop: returned once everything else is durable
 	committed int64         // touched only by the recording job (one at a time)
 
 	// Lookups: records accepted and not looked up yet, and the job.
@@ -119,57 +121,47 @@ type xpart struct {
 	wg          sync.WaitGroup
 }
 
-// runExternal processes the partition under the external handler until the
-// generation ends, starting a new session after each rewind.
-func (w *worker) runExternal() {
-	defer w.c.xm.Oldest.DeleteLabelValues(w.c.cfg.Topic, telemetry.PartLabel(w.partition))
-	for {
-		rw := w.xsession()
-		if rw == nil || !w.rewind(rw) {
-			return
-		}
-	}
-}
-
-func (w *worker) xsession() *rewindError {
-	c := w.c
-	n := max(c.cfg.MaxInFlight*maxLookAheadFactor, 16)
-	t := c.cfg.Topic
-	p := &xpart{w: w, c: c, lookAhead: n, lanes: newLanes(c.cfg.Ordering), committed: -1,
+// session runs one session of the partition: from the assignment (or a
+// rewind) until the generation ends; a *partition.RewindError asks Run to
+// rewind and start another.
+func session(w *partition.Worker, c *env) *partition.RewindError {
+	n := max(c.MaxInFlight*maxLookAheadFactor, 16)
+	t := c.Topic
+	p := &xpart{w: w, c: c, lookAhead: n, lanes: newLanes(c.Ordering), committed: -1,
 		fetched: make(chan kafka.Message, n), results: make(chan xresult, n), room: make(chan struct{}, n),
 		freed: make(chan struct{}, 1), fetchDone: make(chan struct{}),
 		lookRes: make(chan lookResult, 1), recRes: make(chan *recJob, 1), urge: make(chan struct{}, 1),
-		gPending: c.xm.Pending.WithLabelValues(t), gWaiting: c.xm.Waiting.WithLabelValues(t),
-		gOldest: c.xm.Oldest.WithLabelValues(t, telemetry.PartLabel(w.partition))}
+		gPending: c.XM.Pending.WithLabelValues(t), gWaiting: c.XM.Waiting.WithLabelValues(t),
+		gOldest: c.XM.Oldest.WithLabelValues(t, telemetry.PartLabel(w.Partition))}
 	// Calls outlive the generation only at shutdown, for its grace period;
 	// a revoked partition's calls end at once (cancelCalls below).
-	p.callCtx, p.cancelCalls = context.WithCancel(w.hardCtx)
+	p.callCtx, p.cancelCalls = context.WithCancel(w.HardCtx)
 	defer p.cancelCalls()
-	p.lookCtx, p.stopLook = context.WithCancel(w.genCtx)
+	p.lookCtx, p.stopLook = context.WithCancel(w.GenCtx)
 	defer p.stopLook()
-	fctx, stopFetch := context.WithCancel(w.genCtx)
+	fctx, stopFetch := context.WithCancel(w.GenCtx)
 	p.stopFetch = stopFetch
 	go p.fetch(fctx)
 	defer p.close()
 
 	err := p.loop()
-	var rw *rewindError
+	var rw *partition.RewindError
 	switch {
-	case err == nil || errors.Is(err, ErrStopped):
-		// The generation ended (or PolicyStop): what finished is recorded.
+	case err == nil || errors.Is(err, event.ErrStopped):
+		// The generation ended (or event.PolicyStop): what finished is recorded.
 		if err != nil {
-			w.fatal(err)
+			w.Fatal(err)
 		}
 		return nil
 	case errors.As(err, &rw):
 		p.abort()
 		return rw
-	case errors.Is(err, errAbandoned):
+	case errors.Is(err, partition.ErrAbandoned):
 		p.abort()
 		return nil
 	default: // a crash (test hook) or a fatal error: nothing more is committed
 		p.abort()
-		w.fatal(err)
+		w.Fatal(err)
 		return nil
 	}
 }
@@ -199,22 +191,22 @@ func (p *xpart) close() {
 	<-p.fetchDone
 	for _, r := range p.window {
 		if r.claim != nil && r.owner {
-			p.c.claims.release(r.Ev.ID, r.claim)
+			p.c.Claims.release(r.Ev.ID, r.claim)
 		}
-		p.w.mem.ReleaseRecord(&r.Msg)
+		p.w.Mem.ReleaseRecord(&r.Msg)
 	}
 	for {
 		select {
 		case m := <-p.fetched:
-			p.w.mem.ReleaseRecord(&m)
+			p.w.Mem.ReleaseRecord(&m)
 			continue
 		default:
 		}
 		break
 	}
-	t := p.c.cfg.Topic
-	p.c.xm.Pending.WithLabelValues(t).Sub(float64(p.pending))
-	p.c.xm.Waiting.WithLabelValues(t).Sub(float64(p.waiting))
+	t := p.c.Topic
+	p.c.XM.Pending.WithLabelValues(t).Sub(float64(p.pending))
+	p.c.XM.Waiting.WithLabelValues(t).Sub(float64(p.waiting))
 }
 
 // fetch feeds the loop, holding at most lookAhead records and about the
@@ -224,30 +216,30 @@ func (p *xpart) close() {
 func (p *xpart) fetch(ctx context.Context) {
 	defer close(p.fetchDone)
 	c := p.c
-	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
 	for {
 		select {
 		case p.room <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		for p.bytes.Load() >= p.w.mem.Plan.BatchBytes {
+		for p.bytes.Load() >= p.w.Mem.Plan.BatchBytes {
 			select {
 			case <-p.freed:
 			case <-ctx.Done():
 				return
 			}
 		}
-		m, err := p.w.reader.FetchMessage(ctx)
+		m, err := p.w.Reader.FetchMessage(ctx)
 		if err != nil {
 			<-p.room
 			if ctx.Err() != nil {
 				return
 			}
-			c.metrics.InfraErrors.WithLabelValues(telemetry.CompKafka).Inc()
-			err = redact.Err(err, c.secrets...)
-			if c.health.Fail(telemetry.CompKafka, err) {
-				p.w.log.Warn("fetching from the broker failed; retrying", "err", err)
+			c.Metrics.InfraErrors.WithLabelValues(telemetry.CompKafka).Inc()
+			err = redact.Err(err, c.Secrets...)
+			if c.Health.Fail(telemetry.CompKafka, err) {
+				p.w.Log.Warn("fetching from the broker failed; retrying", "err", err)
 			}
 			if !backoff.Sleep(ctx, bo.Next()) {
 				return
@@ -255,8 +247,8 @@ func (p *xpart) fetch(ctx context.Context) {
 			continue
 		}
 		bo.Reset()
-		c.health.OK(telemetry.CompKafka)
-		if err := p.w.mem.Hold(ctx, &m); err != nil {
+		c.Health.OK(telemetry.CompKafka)
+		if err := p.w.Mem.Hold(ctx, &m); err != nil {
 			<-p.room
 			return // the session ended while other partitions held the budget
 		}
@@ -266,11 +258,11 @@ func (p *xpart) fetch(ctx context.Context) {
 }
 
 // loop runs the session until the generation ends (nil, once what finished
-// is recorded), PolicyStop (its ErrStopped error, likewise) or an error that
-// stops it at once (a *rewindError, errAbandoned, a fatal error).
+// is recorded), event.PolicyStop (its event.ErrStopped error, likewise) or an error that
+// stops it at once (a *partition.RewindError, partition.ErrAbandoned, a fatal error).
 func (p *xpart) loop() error {
 	w := p.w
-	idle := time.NewTimer(positionCheckInterval)
+	idle := time.NewTimer(partition.PositionCheckInterval)
 	defer idle.Stop()
 	flushT := time.NewTimer(time.Hour)
 	flushT.Stop()
@@ -279,7 +271,7 @@ func (p *xpart) loop() error {
 	var armedFor time.Time
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	genDone := w.genCtx.Done()
+	genDone := w.GenCtx.Done()
 	fetched := p.fetched
 	for {
 		select {
@@ -295,7 +287,7 @@ func (p *xpart) loop() error {
 				break
 			}
 			p.accept(batch)
-			idle.Reset(positionCheckInterval)
+			idle.Reset(partition.PositionCheckInterval)
 		case lr := <-p.lookRes:
 			p.lookBusy = false
 			if lr.err != nil {
@@ -315,8 +307,8 @@ func (p *xpart) loop() error {
 		case job := <-p.recRes:
 			p.recBusy = false
 			if err := p.recorded(job); err != nil {
-				var rw *rewindError
-				if p.ending && (errors.Is(err, errAbandoned) || errors.As(err, &rw)) {
+				var rw *partition.RewindError
+				if p.ending && (errors.Is(err, partition.ErrAbandoned) || errors.As(err, &rw)) {
 					// The generation ended while recording: the next owner
 					// redoes what is not recorded.
 					return p.finish()
@@ -328,10 +320,10 @@ func (p *xpart) loop() error {
 			armed = false
 			p.due = true
 		case <-idle.C:
-			if len(p.window) == 0 && !p.recBusy && !w.idleCheck() {
-				return errAbandoned
+			if len(p.window) == 0 && !p.recBusy && !w.IdleCheck() {
+				return partition.ErrAbandoned
 			}
-			idle.Reset(positionCheckInterval)
+			idle.Reset(partition.PositionCheckInterval)
 		case <-tick.C:
 		case <-genDone:
 			genDone = nil
@@ -364,7 +356,7 @@ func (p *xpart) loop() error {
 		// with copies of many others' records would otherwise have them
 		// record one id at a time); else after BatchWait, so that one
 		// transaction takes many ids.
-		soon := p.lastJob.Add(p.c.cfg.BatchWait / 4)
+		soon := p.lastJob.Add(p.c.BatchWait / 4)
 		if p.draining || p.quiet() || p.due || pending >= p.lookAhead/2 || prefix >= p.lookAhead/2 ||
 			(prefix > 0 && p.full()) || (urgent && !time.Now().Before(soon)) {
 			p.due = false
@@ -380,8 +372,8 @@ func (p *xpart) loop() error {
 			flushT.Reset(time.Until(soon))
 			armed, armedFor = true, soon
 		} else if !armed {
-			flushT.Reset(p.c.cfg.BatchWait)
-			armed, armedFor = true, time.Now().Add(p.c.cfg.BatchWait)
+			flushT.Reset(p.c.BatchWait)
+			armed, armedFor = true, time.Now().Add(p.c.BatchWait)
 		}
 	}
 }
@@ -416,13 +408,13 @@ func (p *xpart) askOwners() {
 // with the same ids); what finishes is recorded.
 func (p *xpart) end() {
 	p.ending, p.draining = true, true
-	if p.w.runCtx.Err() == nil {
+	if p.w.RunCtx.Err() == nil {
 		p.cancelCalls()
 	}
 	p.stopLook()
 }
 
-// finish returns the loop's result once nothing runs: the PolicyStop error,
+// finish returns the loop's result once nothing runs: the event.PolicyStop error,
 // or nil.
 func (p *xpart) finish() error {
 	p.draining = true
@@ -469,3 +461,25 @@ func (p *xpart) gauges() {
 	}
 	p.gOldest.Set(age)
 }
+
+// traceAccept starts the span of a batch the external protocol accepts;
+// the returned func ends it with the records accept added to the window.
+// The handler calls run after it ended, as children of it or of their
+// records' traceparents.
+func (p *xpart) traceAccept(batch []kafka.Message) func() {
+	bs := p.w.StartBatchSpan(batch)
+	if !bs.On() {
+		return noAccept
+	}
+	from := len(p.window)
+	return func() {
+		recs := p.window[from:]
+		items := make([]*record.Item, len(recs))
+		for i, r := range recs {
+			items[i] = &r.Item
+		}
+		bs.End(items, nil, p.c.Secrets)
+	}
+}
+
+func noAccept() {}

@@ -1,7 +1,8 @@
-package consumer
+package extpipe
 
 import (
 	"github.com/google/uuid"
+	"github.com/idempotency-dev/operator/consumer/event"
 	"github.com/idempotency-dev/operator/consumer/internal/record"
 )
 
@@ -55,7 +56,7 @@ func (p *xpart) spawn(r *xrec, fn func(*xrec) callOutcome) {
 // awaitFirst waits, off r's lane, until the first record of r's id settles
 // it (claims).
 func (p *xpart) awaitFirst(r *xrec) callOutcome {
-	switch p.c.claims.follow(p.callCtx, r.claim, p) {
+	switch p.c.Claims.follow(p.callCtx, r.claim, p) {
 	case followDuplicate:
 		return outDuplicate
 	case followAbandoned:
@@ -76,7 +77,7 @@ func (p *xpart) runRecord(r *xrec) callOutcome { return p.settle(r, false) }
 // until one settles it (claims); failed says r followed r.claim and found it
 // failed or given up.
 func (p *xpart) settle(r *xrec, failed bool) callOutcome {
-	ctx, cl, id := p.callCtx, p.c.claims, r.Ev.ID
+	ctx, cl, id := p.callCtx, p.c.Claims, r.Ev.ID
 	if r.claim == nil {
 		return p.callExternal(ctx, r) // not deduplicated
 	}
@@ -136,13 +137,13 @@ func (p *xpart) finished(res xresult) {
 		r.State = record.Handled
 		r.status = xSucceeded
 		if !r.Ev.Deduplicated {
-			r.status = xDone // PolicyProcess: nothing to record
+			r.status = xDone // event.PolicyProcess: nothing to record
 		}
 	case outDuplicate:
 		r.State, r.status = record.Duplicate, xDone
 	case outFailed:
-		r.Reason, r.State = ReasonHandlerFailed, record.Rejected
-		r.Policy = p.c.cfg.Policies[ReasonHandlerFailed]
+		r.Reason, r.State = event.ReasonHandlerFailed, record.Rejected
+		r.Policy = p.c.Policies[event.ReasonHandlerFailed]
 		p.reject(r)
 	case outAbandoned:
 		r.status = xStuck

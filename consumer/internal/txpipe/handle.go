@@ -1,4 +1,4 @@
-package consumer
+package txpipe
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/idempotency-dev/operator/consumer/event"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/partition"
 	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/jackc/pgx/v5"
@@ -31,7 +33,7 @@ import (
 // transaction (a *retryError): the pause is taken with no transaction open,
 // and the attempt count lives in the item, so it carries over to the next
 // transaction. Only a zero pause (HandlerBackoff 0) retries in place.
-func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *record.Item, sps *txSavepoints) error {
+func (w *batcher) handle(ctx context.Context, tx pgx.Tx, it *record.Item, sps *txSavepoints) error {
 	c := w.c
 	if it.Poison != "" {
 		it.Attempts, it.ErrText = 1, it.Poison
@@ -40,16 +42,16 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *record.Item, sps *tx
 	et := newEventTx(tx, sps)
 	defer func() { et.done = true }()
 
-	hctx := ContextWithEvent(ctx, &it.Ev)
+	hctx := event.ContextWithEvent(ctx, &it.Ev)
 	if it.HasTrace {
-		hctx = ContextWithTrace(hctx, it.Trace)
+		hctx = event.ContextWithTrace(hctx, it.Trace)
 	}
 	pc := tx.Conn().PgConn()
 	for {
 		attempt := it.Attempts + 1
 		err := w.tracedCall(hctx, et, it)
 		if ctx.Err() != nil {
-			return errAbandoned
+			return partition.ErrAbandoned
 		}
 		if et.opened {
 			sps.owner = it
@@ -107,7 +109,7 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *record.Item, sps *tx
 			it.State = record.Handled
 			return nil
 		}
-		c.metrics.HandlerErrors.WithLabelValues(c.cfg.Topic).Inc()
+		c.Metrics.HandlerErrors.WithLabelValues(c.Topic).Inc()
 		if handlerInfra(err) {
 			return &record.InfraError{Err: fmt.Errorf("handler: %w", err)}
 		}
@@ -123,12 +125,12 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *record.Item, sps *tx
 			}
 		}
 		it.Attempts = attempt
-		it.ErrText = redact.Text(err.Error(), c.secrets...)
-		if IsPermanent(err) || attempt >= c.cfg.HandlerMaxAttempts {
+		it.ErrText = redact.Text(err.Error(), c.Secrets...)
+		if event.IsPermanent(err) || attempt >= c.HandlerMaxAttempts {
 			return w.handlerFailed(ctx, tx, it)
 		}
-		d := backoff.At(c.cfg.HandlerBackoff, c.cfg.HandlerBackoffMax, attempt)
-		w.log.Debug("handler failed; retrying", "offset", it.Ev.Offset, "eventId", it.Ev.ID, "attempt", attempt, "pause", d, "err", it.ErrText)
+		d := backoff.At(c.HandlerBackoff, c.HandlerBackoffMax, attempt)
+		w.Log.Debug("handler failed; retrying", "offset", it.Ev.Offset, "eventId", it.Ev.ID, "attempt", attempt, "pause", d, "err", it.ErrText)
 		if d > 0 {
 			// Never wait with the transaction open: the server may end
 			// an idle one (idle_in_transaction_session_timeout), and it
@@ -142,44 +144,59 @@ func (w *worker) handle(ctx context.Context, tx pgx.Tx, it *record.Item, sps *tx
 // (ended wraps errTxEnded) or left unusable: it is not called again and
 // takes the handler_failed policy, with its own error err, if any, in the
 // text.
-func (w *worker) txEnded(it *record.Item, ended, err error) error {
+func (w *batcher) txEnded(it *record.Item, ended, err error) error {
 	c := w.c
-	c.metrics.HandlerErrors.WithLabelValues(c.cfg.Topic).Inc()
+	c.Metrics.HandlerErrors.WithLabelValues(c.Topic).Inc()
 	text := ended.Error()
 	if err != nil {
 		text += ": " + err.Error()
 	}
-	return &redoError{err: ended, poison: it, poisonText: redact.Text(text, c.secrets...)}
+	return &redoError{err: ended, poison: it, poisonText: redact.Text(text, c.Secrets...)}
 }
 
 // call runs the handler, turning a panic into an error.
-func (w *worker) call(ctx context.Context, tx pgx.Tx, ev *Event) (err error) {
+func (w *batcher) call(ctx context.Context, tx pgx.Tx, ev *event.Event) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			w.log.Error("handler panicked", "offset", ev.Offset, "eventId", ev.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			w.Log.Error("handler panicked", "offset", ev.Offset, "eventId", ev.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
-	defer w.c.calls.Start(ev)()
-	return w.c.handler(ctx, tx, ev)
+	defer w.c.Calls.Start(ev)()
+	return w.c.Handler(ctx, tx, ev)
 }
 
 // handlerFailed applies the handler_failed policy to an event whose attempts
 // are used up.
-func (w *worker) handlerFailed(ctx context.Context, tx pgx.Tx, it *record.Item) error {
-	it.Reason = ReasonHandlerFailed
-	it.Policy = w.c.cfg.Policies[ReasonHandlerFailed]
-	if it.Policy == PolicyStop {
+func (w *batcher) handlerFailed(ctx context.Context, tx pgx.Tx, it *record.Item) error {
+	it.Reason = event.ReasonHandlerFailed
+	it.Policy = w.c.Policies[event.ReasonHandlerFailed]
+	if it.Policy == event.PolicyStop {
 		return it.StopError()
 	}
-	if it.Ev.Deduplicated && !w.c.hooks.disableDedup {
+	if it.Ev.Deduplicated && !w.c.DisableDedup {
 		// Take the id back out of the dedup table, in this transaction: the
 		// event had no effect, and replaying it from the dead-letter topic
 		// once the cause is fixed must not be skipped as a duplicate.
-		if err := w.c.forget(ctx, tx, it.Ev.ID); err != nil {
+		if err := w.c.Inserter.Forget(ctx, tx, it.Ev.ID); err != nil {
 			return record.Infra("removing the dedup row of a failed event: %w", err)
 		}
 	}
 	it.State = record.Rejected
 	return nil
+}
+
+// tracedCall is call inside a handler span. A handler that swallowed a
+// failed statement's error has failed (handle), and its span says so.
+func (w *batcher) tracedCall(ctx context.Context, tx pgx.Tx, it *record.Item) error {
+	ctx, end := w.c.Tracing.HandlerSpan(ctx, it, w.c.Secrets)
+	err := w.call(ctx, tx, &it.Ev)
+	if err == nil && it.Batch.IsValid() {
+		if pc := tx.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() == 'E' {
+			end(errAbortedTx)
+			return nil
+		}
+	}
+	end(err)
+	return err
 }

@@ -1,4 +1,4 @@
-package consumer
+package extpipe
 
 import (
 	"context"
@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/idempotency-dev/operator/consumer/event"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/partition"
 	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
@@ -70,13 +72,13 @@ func (p *xpart) startRecording() error {
 }
 
 // runJob runs a recording job. It touches no session state but the
-// partition's position (w.dbPos) and p.committed, which only recording jobs
+// partition's position (w.DBPos) and p.committed, which only recording jobs
 // use while a session runs, one at a time.
 func (p *xpart) runJob(job *recJob) error {
 	w, c := p.w, p.c
-	if len(job.ids) > 0 || (job.next >= 0 && job.next != w.dbPos) {
-		if h := c.hooks.beforeRecord; h != nil {
-			if err := h(w.partition, job.ids); err != nil {
+	if len(job.ids) > 0 || (job.next >= 0 && job.next != w.DBPos) {
+		if h := c.BeforeRecord; h != nil {
+			if err := h(w.Partition, job.ids); err != nil {
 				return err
 			}
 		}
@@ -89,15 +91,15 @@ func (p *xpart) runJob(job *recJob) error {
 		for i, r := range job.failed {
 			items[i] = r.Item
 		}
-		if err := w.deadLetter(items); err != nil {
+		if err := w.DeadLetter(items); err != nil {
 			return err
 		}
 	}
 	if job.next > p.committed {
-		ok := w.commit(job.next, job.hw)
+		ok := w.Commit(job.next, job.hw)
 		p.committed = job.next
-		if !ok && w.genCtx.Err() == nil {
-			return errAbandoned
+		if !ok && w.GenCtx.Err() == nil {
+			return partition.ErrAbandoned
 		}
 	}
 	return nil
@@ -119,10 +121,10 @@ func (p *xpart) recorded(job *recJob) error {
 	k := job.k
 	for _, r := range p.window[:k] {
 		if r.claim != nil && r.owner {
-			c.claims.release(r.Ev.ID, r.claim)
+			c.Claims.release(r.Ev.ID, r.claim)
 		}
 		p.bytes.Add(-r.size)
-		p.w.mem.ReleaseRecord(&r.Msg)
+		p.w.Mem.ReleaseRecord(&r.Msg)
 		p.countDone(r)
 		if r.lent {
 			p.lent--
@@ -144,38 +146,38 @@ func (p *xpart) recorded(job *recJob) error {
 // records of other partitions waiting for these ids (claims) are released.
 func (p *xpart) record(ids []uuid.UUID, succ []*xrec, next int64) error {
 	w, c := p.w, p.c
-	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
 	for {
 		start := time.Now()
 		outside, err := p.recordOnce(ids, succ, next)
 		if err == nil {
-			c.metrics.TxSeconds.Observe(time.Since(start).Seconds())
-			c.health.DBSucceeded()
-			if d := c.health.OK(telemetry.CompDatabase); d > 0 {
-				w.log.Info("database reachable again", "outage", d.Round(time.Millisecond))
+			c.Metrics.TxSeconds.Observe(time.Since(start).Seconds())
+			c.Health.DBSucceeded()
+			if d := c.Health.OK(telemetry.CompDatabase); d > 0 {
+				w.Log.Info("database reachable again", "outage", d.Round(time.Millisecond))
 			}
 			if next >= 0 {
-				w.dbPos = next
+				w.DBPos = next
 			}
 			for i, r := range succ {
 				if r.claim != nil && r.owner {
-					c.claims.resolve(r.Ev.ID, r.claim, outside == nil || !outside[i])
+					c.Claims.resolve(r.Ev.ID, r.claim, outside == nil || !outside[i])
 				}
 			}
-			c.xm.Records.WithLabelValues(c.cfg.Topic).Add(float64(len(ids)))
+			c.XM.Records.WithLabelValues(c.Topic).Add(float64(len(ids)))
 			return nil
 		}
-		var rw *rewindError
+		var rw *partition.RewindError
 		if errors.As(err, &rw) {
 			return err
 		}
-		c.metrics.InfraErrors.WithLabelValues(telemetry.CompDatabase).Inc()
-		err = redact.Err(err, c.secrets...)
-		if c.health.Fail(telemetry.CompDatabase, err) {
-			w.log.Warn("recording handled events failed; pausing and retrying", "err", err, "records", len(ids))
+		c.Metrics.InfraErrors.WithLabelValues(telemetry.CompDatabase).Inc()
+		err = redact.Err(err, c.Secrets...)
+		if c.Health.Fail(telemetry.CompDatabase, err) {
+			w.Log.Warn("recording handled events failed; pausing and retrying", "err", err, "records", len(ids))
 		}
-		if !w.pause(bo.Next()) {
-			return errAbandoned
+		if !w.Pause(bo.Next()) {
+			return partition.ErrAbandoned
 		}
 	}
 }
@@ -184,24 +186,24 @@ func (p *xpart) record(ids []uuid.UUID, succ []*xrec, next int64) error {
 // ids were outside the dedup window (not recorded), nil if none was.
 func (p *xpart) recordOnce(ids []uuid.UUID, succ []*xrec, next int64) (outside []bool, err error) {
 	w, c := p.w, p.c
-	ctx, cancel := context.WithTimeout(w.hardCtx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(w.HardCtx, 30*time.Second)
 	defer cancel()
-	tx, err := c.pool.Begin(ctx)
+	tx, err := c.Pool.Begin(ctx)
 	if err != nil {
 		return nil, record.Infra("beginning transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after Commit
 	if next >= 0 {
-		prev, ok, err := c.positions.Record(ctx, tx, c.cfg.Topic, w.partition, next)
+		prev, ok, err := c.Positions.Record(ctx, tx, c.Topic, w.Partition, next)
 		if err != nil {
 			return nil, record.Infra("recording the partition's position: %w", err)
 		}
-		if err := w.behind(prev, ok); err != nil {
+		if err := w.Behind(prev, ok); err != nil {
 			return nil, err
 		}
 	}
 	if len(ids) > 0 {
-		res, err := c.inserter.Insert(ctx, tx, ids)
+		res, err := c.Inserter.Insert(ctx, tx, ids)
 		if err != nil {
 			return nil, record.Infra("recording event ids: %w", err)
 		}
@@ -209,7 +211,7 @@ func (p *xpart) recordOnce(ids []uuid.UUID, succ []*xrec, next int64) (outside [
 			if res.Outside[i] {
 				// The window moved between the lookup and now: the call
 				// happened, and its id can't be recorded.
-				w.log.Warn("a handled event's id left the dedup window before it was recorded; a redelivery of it would be called again",
+				w.Log.Warn("a handled event's id left the dedup window before it was recorded; a redelivery of it would be called again",
 					"offset", r.Ev.Offset, "eventId", r.Ev.ID)
 				outside = res.Outside
 			}
@@ -224,27 +226,27 @@ func (p *xpart) recordOnce(ids []uuid.UUID, succ []*xrec, next int64) (outside [
 // countDone updates metrics and logs a record's outcome once it is durable.
 func (p *xpart) countDone(r *xrec) {
 	c := p.c
-	t := c.cfg.Topic
-	if r.Reason == ReasonOutsideWindow {
-		c.metrics.OutsideWindow.WithLabelValues(t).Inc()
+	t := c.Topic
+	if r.Reason == event.ReasonOutsideWindow {
+		c.Metrics.OutsideWindow.WithLabelValues(t).Inc()
 	}
 	switch r.State {
 	case record.Handled:
-		c.metrics.Processed.WithLabelValues(t).Inc()
+		c.Metrics.Processed.WithLabelValues(t).Inc()
 	case record.Duplicate:
-		c.metrics.Duplicates.WithLabelValues(t).Inc()
+		c.Metrics.Duplicates.WithLabelValues(t).Inc()
 	case record.Rejected:
 		attrs := []any{"offset", r.Msg.Offset, "reason", r.Reason, "policy", r.Policy, "err", r.ErrText}
 		if r.Decoded {
 			attrs = append(attrs, "eventId", r.Ev.ID)
 		}
 		switch r.Policy {
-		case PolicyDeadLetter:
-			c.metrics.DeadLettered.WithLabelValues(t, string(r.Reason)).Inc()
-			p.w.log.Warn("event dead-lettered", attrs...)
-		case PolicySkip:
-			c.metrics.Skipped.WithLabelValues(t, string(r.Reason)).Inc()
-			p.w.log.Warn("event skipped by policy", attrs...)
+		case event.PolicyDeadLetter:
+			c.Metrics.DeadLettered.WithLabelValues(t, string(r.Reason)).Inc()
+			p.w.Log.Warn("event dead-lettered", attrs...)
+		case event.PolicySkip:
+			c.Metrics.Skipped.WithLabelValues(t, string(r.Reason)).Inc()
+			p.w.Log.Warn("event skipped by policy", attrs...)
 		}
 	}
 }

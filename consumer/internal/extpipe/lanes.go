@@ -1,4 +1,4 @@
-package consumer
+package extpipe
 
 import (
 	"container/heap"

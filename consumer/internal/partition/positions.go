@@ -1,4 +1,4 @@
-package consumer
+package partition
 
 import (
 	"context"
@@ -25,31 +25,26 @@ import (
 // the database is behind, and would ignore an offset reset made in Kafka to
 // replay records.
 
-// positionCheckInterval is how long a partition waits for records before its
+// PositionCheckInterval is how long a partition waits for records before its
 // worker compares the database's position with the one it recorded last, so
 // a failover that lost the last batches of a quiet partition is noticed
 // without waiting for its next record.
-const positionCheckInterval = 10 * time.Second
+const PositionCheckInterval = 10 * time.Second
 
 // noPosition is dbPos when the worker expects no row for its partition.
 const noPosition = -1
 
-// rewindError means the batch transaction found the partition's position in
+// RewindError means the batch transaction found the partition's position in
 // the database behind the one this worker recorded: the database lost
 // committed transactions. The transaction is rolled back and the worker
 // restarts from the database's position.
-type rewindError struct {
-	to    int64 // where to restart
-	found bool  // the database had a position (else the row is gone)
+type RewindError struct {
+	To    int64 // where to restart
+	Found bool  // the database had a position (else the row is gone)
 }
 
-func (e *rewindError) Error() string {
-	return fmt.Sprintf("the database's position is behind this worker's: restarting from offset %d", e.to)
-}
-
-// logBounds returns the partition's log start and end offsets.
-func (w *worker) logBounds(ctx context.Context) (first, end int64, err error) {
-	return w.c.kafka.LogBounds(ctx, w.c.cfg.Topic, w.partition)
+func (e *RewindError) Error() string {
+	return fmt.Sprintf("the database's position is behind this worker's: restarting from offset %d", e.To)
 }
 
 // start decides where the newly assigned partition starts, before anything
@@ -60,28 +55,28 @@ func (w *worker) logBounds(ctx context.Context) (first, end int64, err error) {
 // meanwhile); then the database's position instead when it is behind. A
 // partition without a database position gets one. It retries while the
 // generation lasts and reports false when the worker should stop.
-func (w *worker) start() (int64, bool) {
-	c := w.c
-	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+func (w *Worker) start() (int64, bool) {
+	c := w.D
+	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
 	for {
 		start, commit, err := w.resolveStart()
 		if err == nil {
-			c.health.OK(telemetry.CompSetup)
-			w.assignStart = start
-			if commit && !w.commit(start, -1) {
+			c.Health.OK(telemetry.CompSetup)
+			w.AssignStart = start
+			if commit && !w.Commit(start, -1) {
 				return 0, false
 			}
 			return start, true
 		}
-		if w.genCtx.Err() != nil || w.hardCtx.Err() != nil {
+		if w.GenCtx.Err() != nil || w.HardCtx.Err() != nil {
 			return 0, false
 		}
-		c.metrics.InfraErrors.WithLabelValues(telemetry.CompSetup).Inc()
-		err = redact.Err(err, c.secrets...)
-		if c.health.Fail(telemetry.CompSetup, err) {
-			w.log.Warn("deciding the partition's start offset failed; retrying", "err", err)
+		c.Metrics.InfraErrors.WithLabelValues(telemetry.CompSetup).Inc()
+		err = redact.Err(err, c.Secrets...)
+		if c.Health.Fail(telemetry.CompSetup, err) {
+			w.Log.Warn("deciding the partition's start offset failed; retrying", "err", err)
 		}
-		if !w.pause(bo.Next()) {
+		if !w.Pause(bo.Next()) {
 			return 0, false
 		}
 	}
@@ -93,15 +88,15 @@ func (w *worker) start() (int64, bool) {
 // longer than the topic's retention) would make the reader jump to it
 // silently, so the records in between are counted and logged as lost
 // (clampToLog) and the start moved there explicitly.
-func (w *worker) resolveStart() (start int64, commit bool, err error) {
-	c := w.c
-	ctx, cancel := context.WithTimeout(w.genCtx, 30*time.Second)
+func (w *Worker) resolveStart() (start int64, commit bool, err error) {
+	c := w.D
+	ctx, cancel := context.WithTimeout(w.GenCtx, 30*time.Second)
 	defer cancel()
-	first, end, err := w.logBounds(ctx)
+	first, end, err := w.D.Clients.LogBounds(ctx, w.D.Topic, w.Partition)
 	if err != nil {
 		return 0, false, err
 	}
-	start = w.offset
+	start = w.Offset
 	if start < 0 { // kafka.FirstOffset or kafka.LastOffset: no committed offset
 		commit = true
 		if start == kafka.LastOffset {
@@ -109,13 +104,13 @@ func (w *worker) resolveStart() (start int64, commit bool, err error) {
 		} else {
 			start = first
 		}
-		w.log.Info("no committed offset: starting from the StartOffset policy's offset", "startOffset", c.cfg.StartOffset, "offset", start)
+		w.Log.Info("no committed offset: starting from the StartOffset policy's offset", "startOffset", c.StartOffset, "offset", start)
 	}
-	w.dbPos = noPosition
-	if c.hooks.disableDedup {
+	w.DBPos = noPosition
+	if c.DisableDedup {
 		return w.clampToLog(start, first, posCommitted), commit, nil
 	}
-	db, ok, err := c.positions.Read(ctx, c.pool, c.cfg.Topic, w.partition)
+	db, ok, err := c.Positions.Read(ctx, c.Pool, c.Topic, w.Partition)
 	if err != nil {
 		return 0, false, err
 	}
@@ -124,14 +119,14 @@ func (w *worker) resolveStart() (start int64, commit bool, err error) {
 		start = w.clampToLog(start, first, posCommitted)
 		// Record where this assignment starts, so that a failover that
 		// loses this partition's first batches finds it and goes back.
-		if _, _, err := c.positions.Record(ctx, c.pool, c.cfg.Topic, w.partition, start); err != nil {
+		if _, _, err := c.Positions.Record(ctx, c.Pool, c.Topic, w.Partition, start); err != nil {
 			return 0, false, err
 		}
-		w.dbPos = start
+		w.DBPos = start
 	case db < start:
-		w.dbPos = db
-		c.metrics.Rewinds.WithLabelValues(c.cfg.Topic).Inc()
-		w.log.Warn("the database's position is behind the committed offset: starting from the database's (it lost committed batches, e.g. in a failover to an asynchronous standby; the dedup rows absorb what survived)",
+		w.DBPos = db
+		c.Metrics.Rewinds.WithLabelValues(c.Topic).Inc()
+		w.Log.Warn("the database's position is behind the committed offset: starting from the database's (it lost committed batches, e.g. in a failover to an asynchronous standby; the dedup rows absorb what survived)",
 			"committedOffset", start, "databasePosition", db)
 		start = w.clampToLog(db, first, posDatabase)
 	default:
@@ -139,7 +134,7 @@ func (w *worker) resolveStart() (start int64, commit bool, err error) {
 		// the offset commit, or offsets reset in Kafka to replay. Kafka's
 		// offset is then the safe one. The records up to the database's
 		// position took effect: only those after it can be lost.
-		w.dbPos = db
+		w.DBPos = db
 		if start < first {
 			w.clampToLog(db, first, posDatabase)
 			start = first
@@ -160,104 +155,104 @@ const (
 // in records_lost_to_retention_total and logged as an error (the alert
 // IdempotencyRecordsLostToRetention fires on the counter). The logger
 // names the topic and the partition.
-func (w *worker) clampToLog(off, first int64, what string) int64 {
+func (w *Worker) clampToLog(off, first int64, what string) int64 {
 	if off >= first {
 		return off
 	}
-	w.c.metrics.LostToRetention.WithLabelValues(w.c.cfg.Topic).Add(float64(first - off))
-	w.log.Error("records lost: the partition's position is before the start of the log; the records in between were deleted by the topic's retention before their effects were durable, and are never processed",
+	w.D.Metrics.LostToRetention.WithLabelValues(w.D.Topic).Add(float64(first - off))
+	w.Log.Error("records lost: the partition's position is before the start of the log; the records in between were deleted by the topic's retention before their effects were durable, and are never processed",
 		"position", off, "positionOf", what, "logStart", first, "records", first-off)
 	return first
 }
 
-// recordPosition records the batch's next offset in tx (one statement, in the
+// RecordPosition records the batch's next offset in tx (one statement, in the
 // batch transaction) and checks the position it replaces: behind the one this
 // worker recorded last means the database lost committed transactions, and
-// the batch must not commit on top of the gap (*rewindError).
-func (w *worker) recordPosition(ctx context.Context, tx pgx.Tx, items []record.Item) error {
-	c := w.c
-	if c.hooks.disableDedup || len(items) == 0 {
+// the batch must not commit on top of the gap (*RewindError).
+func (w *Worker) RecordPosition(ctx context.Context, tx pgx.Tx, items []record.Item) error {
+	c := w.D
+	if c.DisableDedup || len(items) == 0 {
 		return nil
 	}
 	next := items[len(items)-1].Msg.Offset + 1
-	prev, ok, err := c.positions.Record(ctx, tx, c.cfg.Topic, w.partition, next)
+	prev, ok, err := c.Positions.Record(ctx, tx, c.Topic, w.Partition, next)
 	if err != nil {
 		return record.Infra("recording the partition's position: %w", err)
 	}
-	return w.behind(prev, ok)
+	return w.Behind(prev, ok)
 }
 
-// behind compares the database's position (ok false: no row) with dbPos.
-func (w *worker) behind(db int64, ok bool) error {
+// Behind compares the database's position (ok false: no row) with dbPos.
+func (w *Worker) Behind(db int64, ok bool) error {
 	switch {
-	case ok && db < w.dbPos:
-		return &rewindError{to: db, found: true}
-	case !ok && w.dbPos != noPosition:
+	case ok && db < w.DBPos:
+		return &RewindError{To: db, Found: true}
+	case !ok && w.DBPos != noPosition:
 		// The row itself is gone, with everything since this assignment
 		// created or read it.
-		return &rewindError{to: w.assignStart}
+		return &RewindError{To: w.AssignStart}
 	}
 	return nil
 }
 
-// rewind restarts the partition's reader at rw.to (or the log start). It
+// Rewind restarts the partition's reader at rw.To (or the log start). It
 // reports false when the worker should stop.
-func (w *worker) rewind(rw *rewindError) bool {
-	c := w.c
+func (w *Worker) Rewind(rw *RewindError) bool {
+	c := w.D
 	// The log start is needed first: an offset before it is out of range,
 	// which the reader would retry forever.
 	var first int64
-	bo := backoff.New(DefaultRetryBackoff, c.cfg.RetryBackoffMax)
+	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
 	for {
-		ctx, cancel := context.WithTimeout(w.genCtx, 30*time.Second)
-		f, _, err := w.logBounds(ctx)
+		ctx, cancel := context.WithTimeout(w.GenCtx, 30*time.Second)
+		f, _, err := w.D.Clients.LogBounds(ctx, w.D.Topic, w.Partition)
 		cancel()
 		if err == nil {
 			first = f
 			break
 		}
-		c.metrics.InfraErrors.WithLabelValues(telemetry.CompKafka).Inc()
-		if c.health.Fail(telemetry.CompKafka, redact.Err(err, c.secrets...)) {
-			w.log.Warn("rewinding to the database's position: listing offsets failed; retrying", "err", redact.Err(err, c.secrets...))
+		c.Metrics.InfraErrors.WithLabelValues(telemetry.CompKafka).Inc()
+		if c.Health.Fail(telemetry.CompKafka, redact.Err(err, c.Secrets...)) {
+			w.Log.Warn("rewinding to the database's position: listing offsets failed; retrying", "err", redact.Err(err, c.Secrets...))
 		}
-		if !w.pause(bo.Next()) {
+		if !w.Pause(bo.Next()) {
 			return false
 		}
 	}
-	c.metrics.Rewinds.WithLabelValues(c.cfg.Topic).Inc()
-	w.log.Warn("the database's position is behind this worker's: it lost committed batches (e.g. a failover to an asynchronous standby); reprocessing from the database's position",
-		"databasePosition", rw.to, "recorded", w.dbPos, "rowFound", rw.found)
-	to := w.clampToLog(rw.to, first, posDatabase)
-	if err := w.reader.SetOffset(to); err != nil {
-		w.log.Error("rewinding the reader", "offset", to, "err", err)
+	c.Metrics.Rewinds.WithLabelValues(c.Topic).Inc()
+	w.Log.Warn("the database's position is behind this worker's: it lost committed batches (e.g. a failover to an asynchronous standby); reprocessing from the database's position",
+		"databasePosition", rw.To, "recorded", w.DBPos, "rowFound", rw.Found)
+	to := w.clampToLog(rw.To, first, posDatabase)
+	if err := w.Reader.SetOffset(to); err != nil {
+		w.Log.Error("rewinding the reader", "offset", to, "err", err)
 		return false
 	}
-	if rw.found {
-		w.dbPos = rw.to
+	if rw.Found {
+		w.DBPos = rw.To
 	} else {
-		w.dbPos = noPosition
+		w.DBPos = noPosition
 	}
 	return true
 }
 
-// idleCheck compares the database's position with dbPos while the partition
+// IdleCheck compares the database's position with dbPos while the partition
 // is quiet, and rewinds when it is behind. It reports false when the worker
 // should stop. A database error is left to the next batch to report.
-func (w *worker) idleCheck() bool {
-	c := w.c
-	if c.hooks.disableDedup {
+func (w *Worker) IdleCheck() bool {
+	c := w.D
+	if c.DisableDedup {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(w.genCtx, 10*time.Second)
-	db, ok, err := c.positions.Read(ctx, c.pool, c.cfg.Topic, w.partition)
+	ctx, cancel := context.WithTimeout(w.GenCtx, 10*time.Second)
+	db, ok, err := c.Positions.Read(ctx, c.Pool, c.Topic, w.Partition)
 	cancel()
 	if err != nil {
-		w.log.Debug("checking the partition's position while idle", "err", redact.Err(err, c.secrets...))
+		w.Log.Debug("checking the partition's position while idle", "err", redact.Err(err, c.Secrets...))
 		return true
 	}
-	var rw *rewindError
-	if errors.As(w.behind(db, ok), &rw) {
-		return w.rewind(rw)
+	var rw *RewindError
+	if errors.As(w.Behind(db, ok), &rw) {
+		return w.Rewind(rw)
 	}
 	return true
 }

@@ -1,4 +1,4 @@
-package consumer
+package txpipe
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idempotency-dev/operator/consumer/event"
 	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -152,7 +153,7 @@ func handlerInfra(err error) bool {
 			return true
 		}
 	}
-	return IsUnavailable(err)
+	return event.IsUnavailable(err)
 }
 
 // errAbortedTx stands for the error a handler swallowed.

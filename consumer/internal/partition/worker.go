@@ -1,0 +1,227 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/idempotency-dev/operator/consumer/dedup"
+	"github.com/idempotency-dev/operator/consumer/envelope"
+	"github.com/idempotency-dev/operator/consumer/event"
+	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/broker"
+	"github.com/idempotency-dev/operator/consumer/internal/deadletter"
+	"github.com/idempotency-dev/operator/consumer/internal/membudget"
+	"github.com/idempotency-dev/operator/consumer/internal/record"
+	"github.com/idempotency-dev/operator/consumer/internal/redact"
+	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Deps are what the partition workers of one consumer share: its settings
+// and the clients, metrics and stores every partition uses, whichever
+// pipeline processes it.
+type Deps struct {
+	Topic           string
+	Group           string
+	StartOffset     string // the StartOffset policy's name, for the log
+	DeadLetterTopic string
+	Isolation       kafka.IsolationLevel
+	BatchSize       int
+	BatchWait       time.Duration
+	RetryBackoffMax time.Duration
+	Envelope        envelope.Options
+	Policies        map[event.Reason]event.Policy
+	// DisableDedup skips the dedup insert and the positions (benchmark
+	// baseline only).
+	DisableDedup bool
+
+	Log         *slog.Logger
+	Secrets     []string
+	Metrics     *telemetry.Metrics
+	Health      *telemetry.Health
+	Tracing     *telemetry.Tracing
+	Mem         *membudget.Budget
+	Clients     *broker.Clients
+	Pool        *pgxpool.Pool
+	Positions   *dedup.Positions
+	DeadLetters *deadletter.Writer
+}
+
+// Worker consumes one Kafka partition for one group generation. kafka-go
+// runs it through Generation.Start (Run): its context ends when the
+// generation does (a rebalance, a lost coordinator, or Close at shutdown).
+// A pipeline (txpipe, extpipe) processes the records; the Worker owns the
+// reader, the start offset, the positions, the offset commit and the dead
+// letters.
+type Worker struct {
+	D         *Deps
+	Gen       *kafka.Generation
+	Partition int
+	Offset    int64                   // the committed offset the assignment came with
+	HardCtx   context.Context         // ends only when the shutdown grace period is over
+	Fatal     context.CancelCauseFunc // stops Run with an error
+	RunCtx    context.Context         // ends when shutdown begins
+	GenCtx    context.Context
+	Log       *slog.Logger
+	Reader    *kafka.Reader
+	Mem       *membudget.Partition // this worker's part of the memory budget
+	// AssignStart is where this assignment started; DBPos is the position
+	// this worker last read from or recorded in the database (noPosition:
+	// none). See positions.go.
+	AssignStart int64
+	DBPos       int64
+	// Span is the context of the current batch's span, which Decode gives
+	// each record; invalid when tracing is off.
+	Span trace.SpanContext
+}
+
+// ErrAbandoned means a batch was given up uncommitted because the generation
+// ended (or shutdown ran out of time) while it was waiting: the partition's
+// next owner gets its events again, and the dedup rows absorb what this
+// worker already committed to the database.
+var ErrAbandoned = errors.New("batch abandoned")
+
+// Run sets the partition up for the generation (its reader, its share of
+// the memory budget, its start offset) and hands it to pipeline until the
+// generation ends.
+func (w *Worker) Run(genCtx context.Context, pipeline func(*Worker)) {
+	c := w.D
+	w.GenCtx = genCtx
+	w.Log = c.Log.With("partition", w.Partition, "generation", w.Gen.ID)
+	// The memory budget is shared by the partitions of this generation.
+	w.Mem = c.Mem.ForPartitions(len(w.Gen.Assignments[c.Topic]), c.Envelope.MaxBytes)
+	defer w.Mem.Release()
+	w.Reader = kafka.NewReader(kafka.ReaderConfig{
+		Brokers:        c.Clients.Brokers,
+		Topic:          c.Topic,
+		Partition:      w.Partition,
+		Dialer:         c.Clients.Dialer,
+		QueueCapacity:  w.Mem.Plan.QueueCapacity,
+		MinBytes:       1,
+		MaxBytes:       w.Mem.Plan.FetchMaxBytes,
+		MaxWait:        500 * time.Millisecond,
+		ReadBackoffMin: 50 * time.Millisecond,
+		ReadBackoffMax: time.Second,
+		MaxAttempts:    3,
+		IsolationLevel: c.Isolation,
+		Logger:         broker.Logger{Log: c.Log, Level: slog.LevelDebug - 4},
+		ErrorLogger:    broker.Logger{Log: c.Log, Level: slog.LevelDebug},
+	})
+	defer w.Reader.Close()
+	pl := telemetry.PartLabel(w.Partition)
+	defer c.Metrics.Lag.DeleteLabelValues(c.Topic, pl)
+	defer c.Metrics.Committed.DeleteLabelValues(c.Topic, pl)
+	start, ok := w.start()
+	if !ok {
+		return
+	}
+	if err := w.Reader.SetOffset(start); err != nil {
+		w.Log.Error("setting the start offset", "offset", start, "err", err)
+		return
+	}
+	w.Log.Debug("partition assigned", "committedOffset", w.Offset, "offset", start)
+	pipeline(w)
+}
+
+// Commit commits the offset after the batch, retrying while the generation
+// lasts. It reports false when the worker should stop.
+func (w *Worker) Commit(next, highWater int64) bool {
+	c := w.D
+	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
+	for {
+		start := time.Now()
+		err := w.Gen.CommitOffsets(map[string]map[int]int64{c.Topic: {w.Partition: next}})
+		if err == nil {
+			c.Metrics.CommitSeconds.Observe(time.Since(start).Seconds())
+			pl := telemetry.PartLabel(w.Partition)
+			c.Metrics.Committed.WithLabelValues(c.Topic, pl).Set(float64(next))
+			if highWater >= next {
+				c.Metrics.Lag.WithLabelValues(c.Topic, pl).Set(float64(highWater - next))
+			}
+			if d := c.Health.OK(telemetry.CompKafka); d > 0 {
+				w.Log.Info("broker reachable again", "outage", d.Round(time.Millisecond))
+			}
+			return w.GenCtx.Err() == nil
+		}
+		if w.GenCtx.Err() != nil || w.HardCtx.Err() != nil {
+			// The partition may already belong to another member; it will
+			// start from the last committed offset and the dedup table
+			// absorbs the replay.
+			w.Log.Info("offset not committed: generation ended", "offset", next, "err", err)
+			return false
+		}
+		c.Metrics.InfraErrors.WithLabelValues(telemetry.CompKafka).Inc()
+		if c.Health.Fail(telemetry.CompKafka, err) {
+			w.Log.Warn("committing the offset failed; retrying", "offset", next, "err", err)
+		}
+		if !backoff.Sleep(w.GenCtx, bo.Next()) {
+			return false
+		}
+	}
+}
+
+// Pause waits d; false if the generation ended or shutdown timed out first.
+func (w *Worker) Pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.GenCtx.Done():
+		return false
+	case <-w.HardCtx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Decode decodes m into it, stamped with the current batch span.
+func (w *Worker) Decode(it *record.Item, m kafka.Message) {
+	record.Decode(it, m, w.Span, w.D.Envelope, w.D.Policies)
+}
+
+// DeadLetter writes the batch's dead letters, retrying until the broker has
+// them all or the generation ends.
+func (w *Worker) DeadLetter(items []record.Item) error {
+	c := w.D
+	var msgs []kafka.Message
+	now := time.Now()
+	for i := range items {
+		it := &items[i]
+		if it.State == record.Rejected && it.Policy == event.PolicyDeadLetter {
+			msgs = append(msgs, c.DeadLetters.Message(it, now))
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
+	for {
+		err := c.DeadLetters.Write(w.HardCtx, msgs)
+		if err == nil {
+			if d := c.Health.OK(telemetry.CompDLQ); d > 0 {
+				w.Log.Info("dead-letter topic writable again", "outage", d.Round(time.Millisecond))
+			}
+			return nil
+		}
+		c.Metrics.InfraErrors.WithLabelValues(telemetry.CompDLQ).Inc()
+		err = redact.Err(err, c.Secrets...)
+		if c.Health.Fail(telemetry.CompDLQ, err) {
+			w.Log.Warn("writing to the dead-letter topic failed; retrying, offset held", "err", err, "topic", c.DeadLetterTopic)
+		}
+		if !w.Pause(bo.Next()) {
+			return ErrAbandoned
+		}
+	}
+}
+
+// StartBatchSpan starts the span of batch, whose records Decode then
+// stamps with its context.
+func (w *Worker) StartBatchSpan(batch []kafka.Message) telemetry.BatchSpan {
+	bs := w.D.Tracing.StartBatch(w.Partition, batch)
+	w.Span = bs.Context()
+	return bs
+}
