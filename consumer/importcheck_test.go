@@ -66,3 +66,91 @@ func TestImportBoundary(t *testing.T) {
 		t.Fatalf("checked only %d packages under consumer/; go list output looks wrong", seen)
 	}
 }
+
+// TestPackageLayers keeps the runtime's packages in layers with one-way
+// dependencies (docs/architecture.md, "The runtime's packages"): each
+// package may import only the packages of the runtime listed for it here, so
+// the public face (consumer) may import the internals and never the
+// reverse, the two pipelines never import each other, and the leaf
+// packages import nothing of the runtime. A new package must be added here.
+func TestPackageLayers(t *testing.T) {
+	const mod = "github.com/idempotency-dev/operator/consumer"
+	allowed := map[string][]string{
+		"envelope":            nil,
+		"version":             nil,
+		"envvars":             nil,
+		"event":               {"envelope"},
+		"dedup":               nil,
+		"dedup/migrate":       {"dedup"},
+		"internal/redact":     nil,
+		"internal/backoff":    nil,
+		"internal/broker":     nil,
+		"internal/record":     {"event", "envelope"},
+		"internal/telemetry":  {"event", "internal/record", "internal/redact", "version"},
+		"internal/membudget":  {"internal/telemetry"},
+		"internal/deadletter": {"event", "internal/broker", "internal/record", "internal/redact"},
+		"internal/partition": {"event", "envelope", "dedup", "internal/record", "internal/telemetry", "internal/broker",
+			"internal/deadletter", "internal/membudget", "internal/backoff", "internal/redact"},
+		"internal/txpipe": {"event", "envelope", "dedup", "internal/partition", "internal/record", "internal/telemetry",
+			"internal/backoff", "internal/redact"},
+		"internal/extpipe": {"event", "envelope", "dedup", "internal/partition", "internal/record", "internal/telemetry",
+			"internal/backoff", "internal/redact"},
+	}
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", "./...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	checked := 0
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		rel, ok := strings.CutPrefix(p.ImportPath, mod+"/")
+		if !ok || !strings.HasPrefix(rel, "internal/") && allowed[rel] == nil && !slicesContainsKey(allowed, rel) {
+			continue // the public face and its tools (consumer, app, sink, consumertest) may import anything below
+		}
+		checked++
+		for _, imp := range p.Imports {
+			dep, ours := strings.CutPrefix(imp, mod+"/")
+			if imp == mod {
+				dep, ours = ".", true
+			}
+			if !ours {
+				continue
+			}
+			list, known := allowed[rel]
+			if !known {
+				t.Errorf("%s is not in the layer table of TestPackageLayers: add it", rel)
+				break
+			}
+			if !contains(list, dep) {
+				t.Errorf("%s imports %s, which its layer does not allow (allowed: %v)", rel, dep, list)
+			}
+		}
+	}
+	if checked < len(allowed)-2 {
+		t.Fatalf("checked %d packages; go list output looks wrong", checked)
+	}
+}
+
+func slicesContainsKey(m map[string][]string, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
