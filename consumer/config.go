@@ -190,7 +190,7 @@ type Config struct {
 	// prometheus.DefaultGatherer if Registerer is prometheus.DefaultRegisterer.
 	Gatherer prometheus.Gatherer
 	// TracerProvider starts the spans of batches and handler calls
-	// (tracing.go); default the global provider (otel.GetTracerProvider),
+	// (internal/telemetry); default the global provider (otel.GetTracerProvider),
 	// which does nothing unless one was set. Under a provider that does
 	// nothing the runtime only passes each record's traceparent on.
 	TracerProvider trace.TracerProvider
@@ -397,7 +397,7 @@ func (c Config) Validate() error {
 	}
 	if c.HandlerBackoffMax >= c.ShutdownTimeout {
 		// The pauses between attempts are taken with no transaction open
-		// (handle.go); at shutdown a batch waits out its pause and finishes
+		// (internal/txpipe); at shutdown a batch waits out its pause and finishes
 		// within ShutdownTimeout. A longer pause can never fit.
 		return cfgErr("HandlerBackoffMax", "%v must be shorter than ShutdownTimeout %v: a pause between a handler's attempts must fit in the shutdown grace period, in which the batch in flight waits it out and finishes (else it is abandoned and its event starts its attempts over at the next start)",
 			c.HandlerBackoffMax, c.ShutdownTimeout)

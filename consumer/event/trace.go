@@ -10,7 +10,7 @@ import (
 // taken from an event's traceparent and tracestate headers. The runtime hands
 // it to the handler, which can forward it downstream or start a span with any
 // tracing library; with the consumer's Config.TracerProvider set, the runtime's own handler
-// span already has it as parent (tracing.go).
+// span already has it as parent.
 type TraceContext struct {
 	Version  byte
 	TraceID  [16]byte

@@ -1,5 +1,3 @@
-// Package backoff is the runtime's exponential backoff with full jitter,
-// and a sleep that ends with its context.
 package backoff
 
 import (

@@ -1,8 +1,3 @@
-// Package broker is the runtime's Kafka client side that is not the group
-// protocol itself: the dialer and transport every connection of one consumer
-// shares (TLS, SASL), kafka-go's logger, and the metadata questions the
-// runtime asks (do the topics exist, a topic's record size limit, a
-// partition's log bounds).
 package broker
 
 import (

@@ -27,7 +27,7 @@ const (
 // callExternal runs the handler for r with retries, holding a MaxInFlight
 // slot only while a call runs. Unavailable errors pause and retry without
 // using an attempt, and so do RetryLater errors within RetryLaterMax.
-func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
+func (p *partSession) callExternal(ctx context.Context, r *entry) callOutcome {
 	c := p.c
 	hctx := event.ContextWithEvent(ctx, &r.Ev)
 	if r.HasTrace {
@@ -48,7 +48,7 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 		c.XM.Calls.WithLabelValues(c.Topic).Dec()
 		if p.w.HardCtx.Err() != nil {
 			// Returned after the shutdown timeout: Run gave the call up
-			// (inflight.go), and nothing of it is recorded.
+			// (telemetry.Calls), and nothing of it is recorded.
 			return outAbandoned
 		}
 		if err == nil {
@@ -105,7 +105,7 @@ func (p *xpart) callExternal(ctx context.Context, r *xrec) callOutcome {
 }
 
 // invoke runs the external handler, turning a panic into an error.
-func (p *xpart) invoke(ctx context.Context, ev *event.Event) (err error) {
+func (p *partSession) invoke(ctx context.Context, ev *event.Event) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			p.w.Log.Error("handler panicked", "offset", ev.Offset, "eventId", ev.ID, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
@@ -117,7 +117,7 @@ func (p *xpart) invoke(ctx context.Context, ev *event.Event) (err error) {
 }
 
 // tracedInvoke is invoke inside a handler span.
-func (p *xpart) tracedInvoke(ctx context.Context, r *xrec) error {
+func (p *partSession) tracedInvoke(ctx context.Context, r *entry) error {
 	ctx, end := p.c.Tracing.HandlerSpan(ctx, &r.Item, p.c.Secrets)
 	err := p.invoke(ctx, &r.Ev)
 	end(err)

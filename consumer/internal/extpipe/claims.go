@@ -58,8 +58,8 @@ type claims struct {
 }
 
 type claim struct {
-	owner *xrec
-	part  *xpart        // the owner's session
+	owner *entry
+	part  *partSession  // the owner's session
 	call  chan struct{} // closed at the owner's call outcome (or at done)
 	done  chan struct{} // closed when the id is recorded, or given up
 	// wanted is set by a follower in another partition before it waits.
@@ -74,7 +74,7 @@ type claim struct {
 	next  *claim
 }
 
-func newClaim(r *xrec, p *xpart) *claim {
+func newClaim(r *entry, p *partSession) *claim {
 	return &claim{owner: r, part: p, call: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -82,7 +82,7 @@ func newClaims() *claims { return &claims{m: map[uuid.UUID]*claim{}} }
 
 // register makes r (of session p) the owner of id, or a follower of its
 // current owner.
-func (cl *claims) register(id uuid.UUID, r *xrec, p *xpart) (c *claim, owner bool) {
+func (cl *claims) register(id uuid.UUID, r *entry, p *partSession) (c *claim, owner bool) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if c, ok := cl.m[id]; ok {
@@ -110,7 +110,7 @@ func (cl *claims) begin(c *claim) (next *claim) {
 // or given up: r follows the claim that took old over, or the id's current
 // claim if its owner has begun; otherwise r owns a new claim, begun, and
 // must look the id up again before calling (see claims).
-func (cl *claims) takeOver(id uuid.UUID, r *xrec, p *xpart, old *claim) (c *claim, owner bool) {
+func (cl *claims) takeOver(id uuid.UUID, r *entry, p *partSession, old *claim) (c *claim, owner bool) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if old.next != nil {
@@ -193,7 +193,7 @@ const (
 
 // follow waits, for a follower in session p, until the owner settles the id
 // (see claims): its call's outcome in p, its row elsewhere.
-func (cl *claims) follow(ctx context.Context, c *claim, p *xpart) followResult {
+func (cl *claims) follow(ctx context.Context, c *claim, p *partSession) followResult {
 	wait := c.done
 	if c.part == p {
 		wait = c.call

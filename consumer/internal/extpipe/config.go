@@ -69,7 +69,7 @@ func Run(w *partition.Worker, cfg *Config) {
 	c := &env{Deps: w.D, Config: cfg}
 	defer cfg.XM.Oldest.DeleteLabelValues(c.Topic, telemetry.PartLabel(w.Partition))
 	for {
-		rw := session(w, c)
+		rw := runSession(w, c)
 		if rw == nil || !w.Rewind(rw) {
 			return
 		}

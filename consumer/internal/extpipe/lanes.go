@@ -19,13 +19,13 @@ type lanes struct {
 }
 
 type lane struct {
-	queue []*xrec // in offset order, not started
+	queue []*entry // in offset order, not started
 }
 
 func newLanes(o Ordering) *lanes { return &lanes{ordering: o, m: map[string]*lane{}} }
 
 // laneOf returns the lane key of r, and false under OrderingUnordered.
-func (l *lanes) laneOf(r *xrec) (string, bool) {
+func (l *lanes) laneOf(r *entry) (string, bool) {
 	switch l.ordering {
 	case OrderingUnordered:
 		return "", false
@@ -37,7 +37,7 @@ func (l *lanes) laneOf(r *xrec) (string, bool) {
 }
 
 // add queues r and reports whether it may start now.
-func (l *lanes) add(r *xrec) bool {
+func (l *lanes) add(r *entry) bool {
 	k, ok := l.laneOf(r)
 	if !ok {
 		return true
@@ -53,14 +53,14 @@ func (l *lanes) add(r *xrec) bool {
 }
 
 // same reports whether a and b are of one lane.
-func (l *lanes) same(a, b *xrec) bool {
+func (l *lanes) same(a, b *entry) bool {
 	ka, oka := l.laneOf(a)
 	kb, okb := l.laneOf(b)
 	return oka && okb && ka == kb
 }
 
 // behind returns how many records of r's lane are queued behind it.
-func (l *lanes) behind(r *xrec) int {
+func (l *lanes) behind(r *entry) int {
 	k, ok := l.laneOf(r)
 	if !ok {
 		return 0
@@ -73,7 +73,7 @@ func (l *lanes) behind(r *xrec) int {
 
 // done ends r's turn and returns the next record of its lane to start, if
 // any.
-func (l *lanes) done(r *xrec) *xrec {
+func (l *lanes) done(r *entry) *entry {
 	k, ok := l.laneOf(r)
 	if !ok {
 		return nil

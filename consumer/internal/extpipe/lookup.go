@@ -18,12 +18,12 @@ import (
 
 // accept decodes fetched records into the window and queues them for the
 // lookup.
-func (p *xpart) accept(batch []kafka.Message) {
+func (p *partSession) accept(batch []kafka.Message) {
 	defer p.traceAccept(batch)()
 	c := p.c
 	now := time.Now()
 	for _, m := range batch {
-		r := &xrec{fetched: now, size: int64(len(m.Key) + len(m.Value))}
+		r := &entry{fetched: now, size: int64(len(m.Key) + len(m.Value))}
 		p.w.Decode(&r.Item, m)
 		p.window = append(p.window, r)
 		if r.State == record.Rejected {
@@ -38,7 +38,7 @@ func (p *xpart) accept(batch []kafka.Message) {
 }
 
 // startLookup looks the unlooked records' ids up on a goroutine of its own.
-func (p *xpart) startLookup() {
+func (p *partSession) startLookup() {
 	recs := p.unlooked
 	p.unlooked = nil
 	ids := make([]uuid.UUID, len(recs))
@@ -54,7 +54,7 @@ func (p *xpart) startLookup() {
 
 // looked applies a lookup's answer, in offset order, and starts the ready
 // records.
-func (p *xpart) looked(lr lookResult) {
+func (p *partSession) looked(lr lookResult) {
 	c := p.c
 	for i, r := range lr.recs {
 		switch {
@@ -79,7 +79,7 @@ func (p *xpart) looked(lr lookResult) {
 			if r.owner {
 				c.Claims.resolve(r.Ev.ID, r.claim, true)
 			}
-			r.State, r.status = record.Duplicate, xDone
+			r.State, r.status = record.Duplicate, statusDone
 		default:
 			p.ready(r)
 		}
@@ -87,25 +87,25 @@ func (p *xpart) looked(lr lookResult) {
 }
 
 // reject applies a rejected record's policy.
-func (p *xpart) reject(r *xrec) {
+func (p *partSession) reject(r *entry) {
 	switch r.Policy {
 	case event.PolicyStop:
-		r.status = xStuck
+		r.status = statusStuck
 		if p.stopErr == nil {
 			p.stopErr = r.Item.StopError()
 			p.draining = true
 		}
 	case event.PolicySkip:
-		r.status = xDone
+		r.status = statusDone
 	default:
-		r.status = xFailed
+		r.status = statusFailed
 	}
 }
 
 // lookup returns which ids are recorded and which are outside the window,
 // retrying while the database is unreachable. It runs on its own goroutine
 // (startLookup): it touches no session state.
-func (p *xpart) lookup(ids []uuid.UUID) (recorded, outside []bool, err error) {
+func (p *partSession) lookup(ids []uuid.UUID) (recorded, outside []bool, err error) {
 	w, c := p.w, p.c
 	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
 	for {

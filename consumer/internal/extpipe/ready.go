@@ -8,13 +8,13 @@ import (
 
 // ready queues r in its lane, or starts it; a copy of an id whose first
 // record is in another lane waits off its lane (claims).
-func (p *xpart) ready(r *xrec) {
+func (p *partSession) ready(r *entry) {
 	if p.draining {
-		r.status = xStuck
+		r.status = statusStuck
 		return
 	}
 	if r.claim != nil && !r.owner && !(r.claim.part == p && p.lanes.same(r, r.claim.owner)) {
-		r.status = xAwaitRow
+		r.status = statusAwaitRow
 		p.awaiting++
 		if p.lent < p.lookAhead {
 			// A copy waiting for another partition's record (deep in a
@@ -30,32 +30,32 @@ func (p *xpart) ready(r *xrec) {
 	if p.lanes.add(r) {
 		p.start(r)
 	} else {
-		r.status = xQueued
+		r.status = statusQueued
 	}
 }
 
 // start runs r in its lane's turn.
-func (p *xpart) start(r *xrec) {
-	r.status, r.inLane = xRunning, true
+func (p *partSession) start(r *entry) {
+	r.status, r.inLane = statusRunning, true
 	r.prio = p.lanes.behind(r)
 	p.spawn(r, p.runRecord)
 }
 
 // spawn runs fn for r on a goroutine of its own and hands its outcome to
 // the loop.
-func (p *xpart) spawn(r *xrec, fn func(*xrec) callOutcome) {
+func (p *partSession) spawn(r *entry, fn func(*entry) callOutcome) {
 	p.running++
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		out := fn(r)
-		p.results <- xresult{r, out} // never blocks: at most one per record in the window
+		p.results <- result{r, out} // never blocks: at most one per record in the window
 	}()
 }
 
 // awaitFirst waits, off r's lane, until the first record of r's id settles
 // it (claims).
-func (p *xpart) awaitFirst(r *xrec) callOutcome {
+func (p *partSession) awaitFirst(r *entry) callOutcome {
 	switch p.c.Claims.follow(p.callCtx, r.claim, p) {
 	case followDuplicate:
 		return outDuplicate
@@ -67,16 +67,16 @@ func (p *xpart) awaitFirst(r *xrec) callOutcome {
 
 // callOffLane calls for r, a copy that waited off its lane for a first
 // record that failed or was given up (claims).
-func (p *xpart) callOffLane(r *xrec) callOutcome { return p.settle(r, true) }
+func (p *partSession) callOffLane(r *entry) callOutcome { return p.settle(r, true) }
 
 // runRecord waits for the first record of r's id when r follows one (claims),
 // then calls.
-func (p *xpart) runRecord(r *xrec) callOutcome { return p.settle(r, false) }
+func (p *partSession) runRecord(r *entry) callOutcome { return p.settle(r, false) }
 
 // settle calls for r once r owns its id, following the claims of its id
 // until one settles it (claims); failed says r followed r.claim and found it
 // failed or given up.
-func (p *xpart) settle(r *xrec, failed bool) callOutcome {
+func (p *partSession) settle(r *entry, failed bool) callOutcome {
 	ctx, cl, id := p.callCtx, p.c.Claims, r.Ev.ID
 	if r.claim == nil {
 		return p.callExternal(ctx, r) // not deduplicated
@@ -126,32 +126,32 @@ func (p *xpart) settle(r *xrec, failed bool) callOutcome {
 }
 
 // finished takes a record's outcome and starts the next of its lane.
-func (p *xpart) finished(res xresult) {
+func (p *partSession) finished(res result) {
 	r := res.r
 	p.running--
-	if r.status == xAwaitRow {
+	if r.status == statusAwaitRow {
 		p.awaiting--
 	}
 	switch res.out {
 	case outSucceeded:
 		r.State = record.Handled
-		r.status = xSucceeded
+		r.status = statusSucceeded
 		if !r.Ev.Deduplicated {
-			r.status = xDone // event.PolicyProcess: nothing to record
+			r.status = statusDone // event.PolicyProcess: nothing to record
 		}
 	case outDuplicate:
-		r.State, r.status = record.Duplicate, xDone
+		r.State, r.status = record.Duplicate, statusDone
 	case outFailed:
 		r.Reason, r.State = event.ReasonHandlerFailed, record.Rejected
 		r.Policy = p.c.Policies[event.ReasonHandlerFailed]
 		p.reject(r)
 	case outAbandoned:
-		r.status = xStuck
+		r.status = statusStuck
 	case outMustCall:
 		if p.draining {
-			r.status = xStuck
+			r.status = statusStuck
 		} else {
-			r.status = xRunning
+			r.status = statusRunning
 			p.spawn(r, p.callOffLane)
 		}
 	}

@@ -20,8 +20,8 @@ import (
 // offset after them: next, -1 if none).
 type recJob struct {
 	ids    []uuid.UUID
-	succ   []*xrec
-	failed []*xrec
+	succ   []*entry
+	failed []*entry
 	k      int
 	next   int64
 	hw     int64
@@ -36,19 +36,19 @@ type recJob struct {
 // then the Kafka offset up to the contiguous prefix of records that are
 // done. The loop removes the prefix from the window when the job is over
 // (recorded).
-func (p *xpart) startRecording() error {
+func (p *partSession) startRecording() error {
 	job := &recJob{next: -1}
 	head := true
 	for _, r := range p.window {
 		switch r.status {
-		case xSucceeded:
+		case statusSucceeded:
 			job.ids = append(job.ids, r.Ev.ID)
 			job.succ = append(job.succ, r)
-			r.status = xRecording
-		case xFailed:
+			r.status = statusRecording
+		case statusFailed:
 			job.failed = append(job.failed, r)
-			r.status = xRecording
-		case xDone:
+			r.status = statusRecording
+		case statusDone:
 		default:
 			head = false
 		}
@@ -74,7 +74,7 @@ func (p *xpart) startRecording() error {
 // runJob runs a recording job. It touches no session state but the
 // partition's position (w.DBPos) and p.committed, which only recording jobs
 // use while a session runs, one at a time.
-func (p *xpart) runJob(job *recJob) error {
+func (p *partSession) runJob(job *recJob) error {
 	w, c := p.w, p.c
 	if len(job.ids) > 0 || (job.next >= 0 && job.next != w.DBPos) {
 		if h := c.BeforeRecord; h != nil {
@@ -107,16 +107,16 @@ func (p *xpart) runJob(job *recJob) error {
 
 // recorded takes a finished job back into the loop: its records are done,
 // and the done prefix leaves the window.
-func (p *xpart) recorded(job *recJob) error {
+func (p *partSession) recorded(job *recJob) error {
 	if job.err != nil {
 		return job.err
 	}
 	c := p.c
 	for _, r := range job.succ {
-		r.status = xDone
+		r.status = statusDone
 	}
 	for _, r := range job.failed {
-		r.status = xDone
+		r.status = statusDone
 	}
 	k := job.k
 	for _, r := range p.window[:k] {
@@ -144,7 +144,7 @@ func (p *xpart) recorded(job *recJob) error {
 // record runs the recording transaction, retrying while the generation lasts
 // (after it ended, once). next < 0 records no position. Once it commits,
 // records of other partitions waiting for these ids (claims) are released.
-func (p *xpart) record(ids []uuid.UUID, succ []*xrec, next int64) error {
+func (p *partSession) record(ids []uuid.UUID, succ []*entry, next int64) error {
 	w, c := p.w, p.c
 	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
 	for {
@@ -184,7 +184,7 @@ func (p *xpart) record(ids []uuid.UUID, succ []*xrec, next int64) error {
 
 // recordOnce is one attempt of the recording transaction. It returns which
 // ids were outside the dedup window (not recorded), nil if none was.
-func (p *xpart) recordOnce(ids []uuid.UUID, succ []*xrec, next int64) (outside []bool, err error) {
+func (p *partSession) recordOnce(ids []uuid.UUID, succ []*entry, next int64) (outside []bool, err error) {
 	w, c := p.w, p.c
 	ctx, cancel := context.WithTimeout(w.HardCtx, 30*time.Second)
 	defer cancel()
@@ -224,7 +224,7 @@ func (p *xpart) recordOnce(ids []uuid.UUID, succ []*xrec, next int64) (outside [
 }
 
 // countDone updates metrics and logs a record's outcome once it is durable.
-func (p *xpart) countDone(r *xrec) {
+func (p *partSession) countDone(r *entry) {
 	c := p.c
 	t := c.Topic
 	if r.Reason == event.ReasonOutsideWindow {

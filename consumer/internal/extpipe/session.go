@@ -32,24 +32,24 @@ import (
 // lookup or a recording runs is taken by the next one, in one statement or
 // one transaction.
 
-type xstatus uint8
+type status uint8
 
 const (
-	xNew       xstatus = iota // fetched, not yet looked up (or its lookup is running)
-	xQueued                   // ready, waiting behind an earlier record of its lane
-	xRunning                  // its handler calls are running (or it waits for its id's first record)
-	xSucceeded                // the handler succeeded; the id is to be recorded
-	xFailed                   // a dead letter is to be written
-	xAwaitRow                 // a copy waiting off its lane for its id's first record (claims)
-	xRecording                // in the running recording job (was xSucceeded or xFailed)
-	xDone                     // durably done: recorded, duplicate, skipped or dead-lettered
-	xStuck                    // never done in this session (event.PolicyStop, abandoned)
+	statusNew       status = iota // fetched, not yet looked up (or its lookup is running)
+	statusQueued                  // ready, waiting behind an earlier record of its lane
+	statusRunning                 // its handler calls are running (or it waits for its id's first record)
+	statusSucceeded               // the handler succeeded; the id is to be recorded
+	statusFailed                  // a dead letter is to be written
+	statusAwaitRow                // a copy waiting off its lane for its id's first record (claims)
+	statusRecording               // in the running recording job (was statusSucceeded or statusFailed)
+	statusDone                    // durably done: recorded, duplicate, skipped or dead-lettered
+	statusStuck                   // never done in this session (event.PolicyStop, abandoned)
 )
 
-// xrec is one record of a partition's window.
-type xrec struct {
+// entry is one record of a partition's window.
+type entry struct {
 	record.Item
-	status  xstatus
+	status  status
 	claim   *claim // nil when the id is not deduplicated
 	owner   bool
 	fetched time.Time
@@ -60,14 +60,14 @@ type xrec struct {
 	lent    bool // gave its look-ahead room back while it waits off its lane
 }
 
-type xresult struct {
-	r   *xrec
+type result struct {
+	r   *entry
 	out callOutcome
 }
 
 // lookResult is a lookup job's answer for recs.
 type lookResult struct {
-	recs              []*xrec
+	recs              []*entry
 	recorded, outside []bool
 	err               error
 }
@@ -75,21 +75,21 @@ type lookResult struct {
 // errGenEnded ends a session's loop when the generation ends.
 var errGenEnded = errors.New("generation ended")
 
-// xpart is one session of a partition under an external handler: from the
+// partSession is one session of a partition under an external handler: from the
 // assignment (or a rewind) until the generation ends.
-type xpart struct {
+type partSession struct {
 	w         *partition.Worker
 	c         *env
 	lookAhead int
 	lanes     *lanes
-	window    []*xrec // offset order
+	window    []*entry // offset order
 	fetched   chan kafka.Message
-	results   chan xresult
+	results   chan result
 	room      chan struct{} // one token per record fetched and not removed
 	bytes     atomic.Int64  // key and value bytes of those records
 	freed     chan struct{} // signals the fetcher that bytes were freed
 	running   int           // goroutines of records whose result is not taken yet
-	awaiting  int           // of which records in xAwaitRow
+	awaiting  int           // of which records in statusAwaitRow
 	lent      int           // records in the window that gave their room back (at most lookAhead)
 	draining  bool          // start no more calls
 	ending    bool          // the generation ended: record what finishes, then stop
@@ -97,7 +97,7 @@ type xpart struct {
 	committed int64         // touched only by the recording job (one at a time)
 
 	// Lookups: records accepted and not looked up yet, and the job.
-	unlooked []*xrec
+	unlooked []*entry
 	lookBusy bool
 	lookRes  chan lookResult
 	lookCtx  context.Context
@@ -121,14 +121,14 @@ type xpart struct {
 	wg          sync.WaitGroup
 }
 
-// session runs one session of the partition: from the assignment (or a
+// runSession runs one session of the partition: from the assignment (or a
 // rewind) until the generation ends; a *partition.RewindError asks Run to
 // rewind and start another.
-func session(w *partition.Worker, c *env) *partition.RewindError {
+func runSession(w *partition.Worker, c *env) *partition.RewindError {
 	n := max(c.MaxInFlight*maxLookAheadFactor, 16)
 	t := c.Topic
-	p := &xpart{w: w, c: c, lookAhead: n, lanes: newLanes(c.Ordering), committed: -1,
-		fetched: make(chan kafka.Message, n), results: make(chan xresult, n), room: make(chan struct{}, n),
+	p := &partSession{w: w, c: c, lookAhead: n, lanes: newLanes(c.Ordering), committed: -1,
+		fetched: make(chan kafka.Message, n), results: make(chan result, n), room: make(chan struct{}, n),
 		freed: make(chan struct{}, 1), fetchDone: make(chan struct{}),
 		lookRes: make(chan lookResult, 1), recRes: make(chan *recJob, 1), urge: make(chan struct{}, 1),
 		gPending: c.XM.Pending.WithLabelValues(t), gWaiting: c.XM.Waiting.WithLabelValues(t),
@@ -168,7 +168,7 @@ func session(w *partition.Worker, c *env) *partition.RewindError {
 
 // abort ends the session without recording anything more: the calls are
 // cancelled and every goroutine of the session is waited for.
-func (p *xpart) abort() {
+func (p *partSession) abort() {
 	p.cancelCalls()
 	p.stopLook()
 	p.draining = true
@@ -186,7 +186,7 @@ func (p *xpart) abort() {
 }
 
 // close stops the fetcher and gives up what the window still holds.
-func (p *xpart) close() {
+func (p *partSession) close() {
 	p.stopFetch()
 	<-p.fetchDone
 	for _, r := range p.window {
@@ -212,8 +212,8 @@ func (p *xpart) close() {
 // fetch feeds the loop, holding at most lookAhead records and about the
 // partition's share of the memory budget (plan.batchBytes) of keys and
 // values fetched and not yet done; each record also holds its bytes of the
-// process-wide budget until it is done (membudget.go).
-func (p *xpart) fetch(ctx context.Context) {
+// process-wide budget until it is done (membudget.Partition.Hold).
+func (p *partSession) fetch(ctx context.Context) {
 	defer close(p.fetchDone)
 	c := p.c
 	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
@@ -260,7 +260,7 @@ func (p *xpart) fetch(ctx context.Context) {
 // loop runs the session until the generation ends (nil, once what finished
 // is recorded), event.PolicyStop (its event.ErrStopped error, likewise) or an error that
 // stops it at once (a *partition.RewindError, partition.ErrAbandoned, a fatal error).
-func (p *xpart) loop() error {
+func (p *partSession) loop() error {
 	w := p.w
 	idle := time.NewTimer(partition.PositionCheckInterval)
 	defer idle.Stop()
@@ -297,7 +297,7 @@ func (p *xpart) loop() error {
 				p.end()
 				genDone = nil
 				for _, r := range lr.recs {
-					r.status = xStuck
+					r.status = statusStuck
 				}
 			} else {
 				p.looked(lr)
@@ -380,22 +380,22 @@ func (p *xpart) loop() error {
 
 // quiet reports whether nothing of the partition runs or waits to, but
 // records awaiting another partition's row.
-func (p *xpart) quiet() bool {
+func (p *partSession) quiet() bool {
 	return p.running == p.awaiting && p.lanes.waiting == 0 && !p.lookBusy && len(p.unlooked) == 0
 }
 
 // full reports whether the window holds its look-ahead: the fetcher waits.
-func (p *xpart) full() bool { return len(p.window)-p.lent >= p.lookAhead }
+func (p *partSession) full() bool { return len(p.window)-p.lent >= p.lookAhead }
 
-// askOwners asks the owners of the ids that records in xAwaitRow wait for to
+// askOwners asks the owners of the ids that records in statusAwaitRow wait for to
 // record at once, when those records are all that holds the partition: it
 // is quiet, or its window is full.
-func (p *xpart) askOwners() {
+func (p *partSession) askOwners() {
 	if p.awaiting == 0 || !(p.quiet() || p.full()) {
 		return
 	}
 	for _, r := range p.window {
-		if r.status == xAwaitRow && !r.poked {
+		if r.status == statusAwaitRow && !r.poked {
 			r.poked = true
 			r.claim.want()
 		}
@@ -406,7 +406,7 @@ func (p *xpart) askOwners() {
 // records are taken; at shutdown the running calls go on for the grace
 // period, after a rebalance they are cancelled (the next owner calls again
 // with the same ids); what finishes is recorded.
-func (p *xpart) end() {
+func (p *partSession) end() {
 	p.ending, p.draining = true, true
 	if p.w.RunCtx.Err() == nil {
 		p.cancelCalls()
@@ -416,7 +416,7 @@ func (p *xpart) end() {
 
 // finish returns the loop's result once nothing runs: the event.PolicyStop error,
 // or nil.
-func (p *xpart) finish() error {
+func (p *partSession) finish() error {
 	p.draining = true
 	p.cancelCalls()
 	p.abort() // nothing runs: waits for nothing, unless a job failed at the end
@@ -427,16 +427,16 @@ func (p *xpart) finish() error {
 // dead-letter (pending), and the done records at the head of the window it
 // would remove (prefix); urgent when a record of another partition waits
 // for one of the pending ids.
-func (p *xpart) flushable() (pending, prefix int, urgent bool) {
+func (p *partSession) flushable() (pending, prefix int, urgent bool) {
 	head := true
 	for _, r := range p.window {
 		s := r.status
-		if head && (s == xSucceeded || s == xFailed || s == xDone) {
+		if head && (s == statusSucceeded || s == statusFailed || s == statusDone) {
 			prefix++
 		} else {
 			head = false
 		}
-		if s == xSucceeded || s == xFailed {
+		if s == statusSucceeded || s == statusFailed {
 			pending++
 			if r.claim != nil && r.owner && r.claim.wanted.Load() {
 				urgent = true
@@ -446,7 +446,7 @@ func (p *xpart) flushable() (pending, prefix int, urgent bool) {
 	return pending, prefix, urgent
 }
 
-func (p *xpart) gauges() {
+func (p *partSession) gauges() {
 	if d := len(p.window) - p.pending; d != 0 {
 		p.gPending.Add(float64(d))
 		p.pending = len(p.window)
@@ -466,7 +466,7 @@ func (p *xpart) gauges() {
 // the returned func ends it with the records accept added to the window.
 // The handler calls run after it ended, as children of it or of their
 // records' traceparents.
-func (p *xpart) traceAccept(batch []kafka.Message) func() {
+func (p *partSession) traceAccept(batch []kafka.Message) func() {
 	bs := p.w.StartBatchSpan(batch)
 	if !bs.On() {
 		return noAccept

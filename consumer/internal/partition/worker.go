@@ -21,9 +21,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Deps are what the partition workers of one consumer share: its settings
-// and the clients, metrics and stores every partition uses, whichever
-// pipeline processes it.
 type Deps struct {
 	Topic           string
 	Group           string
@@ -51,12 +48,6 @@ type Deps struct {
 	DeadLetters *deadletter.Writer
 }
 
-// Worker consumes one Kafka partition for one group generation. kafka-go
-// runs it through Generation.Start (Run): its context ends when the
-// generation does (a rebalance, a lost coordinator, or Close at shutdown).
-// A pipeline (txpipe, extpipe) processes the records; the Worker owns the
-// reader, the start offset, the positions, the offset commit and the dead
-// letters.
 type Worker struct {
 	D         *Deps
 	Gen       *kafka.Generation
@@ -79,15 +70,8 @@ type Worker struct {
 	Span trace.SpanContext
 }
 
-// ErrAbandoned means a batch was given up uncommitted because the generation
-// ended (or shutdown ran out of time) while it was waiting: the partition's
-// next owner gets its events again, and the dedup rows absorb what this
-// worker already committed to the database.
 var ErrAbandoned = errors.New("batch abandoned")
 
-// Run sets the partition up for the generation (its reader, its share of
-// the memory budget, its start offset) and hands it to pipeline until the
-// generation ends.
 func (w *Worker) Run(genCtx context.Context, pipeline func(*Worker)) {
 	c := w.D
 	w.GenCtx = genCtx
@@ -127,8 +111,6 @@ func (w *Worker) Run(genCtx context.Context, pipeline func(*Worker)) {
 	pipeline(w)
 }
 
-// Commit commits the offset after the batch, retrying while the generation
-// lasts. It reports false when the worker should stop.
 func (w *Worker) Commit(next, highWater int64) bool {
 	c := w.D
 	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
@@ -164,7 +146,6 @@ func (w *Worker) Commit(next, highWater int64) bool {
 	}
 }
 
-// Pause waits d; false if the generation ended or shutdown timed out first.
 func (w *Worker) Pause(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -178,13 +159,10 @@ func (w *Worker) Pause(d time.Duration) bool {
 	}
 }
 
-// Decode decodes m into it, stamped with the current batch span.
 func (w *Worker) Decode(it *record.Item, m kafka.Message) {
 	record.Decode(it, m, w.Span, w.D.Envelope, w.D.Policies)
 }
 
-// DeadLetter writes the batch's dead letters, retrying until the broker has
-// them all or the generation ends.
 func (w *Worker) DeadLetter(items []record.Item) error {
 	c := w.D
 	var msgs []kafka.Message
@@ -218,8 +196,6 @@ func (w *Worker) DeadLetter(items []record.Item) error {
 	}
 }
 
-// StartBatchSpan starts the span of batch, whose records Decode then
-// stamps with its context.
 func (w *Worker) StartBatchSpan(batch []kafka.Message) telemetry.BatchSpan {
 	bs := w.D.Tracing.StartBatch(w.Partition, batch)
 	w.Span = bs.Context()

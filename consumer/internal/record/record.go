@@ -1,10 +1,3 @@
-// Package record is one Kafka record on its way through the runtime: the
-// Item both pipelines (transactional and external) carry from decoding to
-// the outcome that lets its offset be committed, and the errors that say a
-// failure is the infrastructure's, not the event's.
-//
-// File map:
-//   - record.go: Item, its State, Decode, StopError, InfraError
 package record
 
 import (

@@ -31,7 +31,7 @@ type Metrics struct {
 	Batches       *prometheus.CounterVec // topic
 
 	DeadLetterValuesDropped *prometheus.CounterVec // topic
-	// positions.go and the durability check
+	// partition positions and the durability check
 	Rewinds         *prometheus.CounterVec // topic
 	LostToRetention *prometheus.CounterVec // topic
 	DurabilityRisk  *prometheus.GaugeVec   // reason
