@@ -86,7 +86,11 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 			return nil
 		}
 	}
-	desired := objects.Deployment(obj, objects.Options{DefaultImage: r.Options.ConsumerImage, ConfigHash: configHash(values), Autoscaled: s.autoscale})
+	hashKey, err := r.configHashKey(ctx)
+	if err != nil {
+		return err
+	}
+	desired := objects.Deployment(obj, objects.Options{DefaultImage: r.Options.ConsumerImage, ConfigHash: configHash(hashKey, values), Autoscaled: s.autoscale})
 	if prob != nil && current != nil {
 		// Keep the pods running on the old credentials until the Secret is fixed.
 		desired.Spec.Template.Annotations[objects.AnnotationConfigHash] = current.Spec.Template.Annotations[objects.AnnotationConfigHash]
@@ -96,7 +100,10 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 	// A template change of the operator's own (a new release's builder)
 	// waits for a rollout slot; the Deployment stays as it is (rollout.go).
 	desired.Annotations[AnnotationTemplateHash] = templateHash(&desired.Spec.Template)
-	gate, err := r.gateTemplate(ctx, s, current, desired)
+	sameSecrets := func(currentHash, desiredHash string) bool {
+		return sameSecretValues(hashKey, currentHash, desiredHash, values)
+	}
+	gate, err := r.gateTemplate(ctx, s, current, desired, sameSecrets)
 	if err != nil {
 		return err
 	}
