@@ -410,6 +410,9 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 		)
 	}
 
+	// Stored objects (from before the API refused ReservedEnv in
+	// spec.consumer.env) keep what they had: only the variables this object
+	// gets from the operator, and DATABASE_URL, are dropped.
 	ours := map[string]bool{envvars.DatabaseURLFallback: true}
 	for _, e := range env {
 		ours[e.Name] = true
@@ -420,6 +423,21 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 		}
 	}
 	return env, volumes, mounts
+}
+
+// ReservedEnv lists every variable consumerEnv may set, for any object,
+// and DATABASE_URL (the consumer reads it when CONSUMER_DATABASE_URL is
+// unset). The API refuses them in spec.consumer.env: the CEL rule on that
+// field (api/v1alpha1 ConsumerSpec.Env) spells
+// the same list, and TestReservedEnvAgreesWithTheCRD checks both ways.
+var ReservedEnv = []string{
+	envvars.Brokers, envvars.Topic, envvars.Group, envvars.DeadLetterTopic, envvars.ClientID,
+	envvars.DatabaseURL, envvars.DatabaseURLFallback, envvars.TableSchema, envvars.TableName, envvars.DedupScope,
+	envvars.BatchMaxMessages, envvars.BatchMaxWait, envvars.PolicyOutsideWindow, envvars.ListenAddr,
+	envvars.MemoryLimit, envvars.Ordering, envvars.MaxInFlight, envvars.Sink, envvars.SinkHTTPURL,
+	envvars.SinkHTTPTimeout, envvars.SinkHTTPAuthorization, envvars.SinkSQLStatement,
+	envvars.TLSEnabled, envvars.TLSInsecureSkipVerify, envvars.TLSCAFile, envvars.TLSCertFile, envvars.TLSKeyFile,
+	envvars.SASLMechanism, envvars.SASLUsername, envvars.SASLPassword, EnvPGSSLRootCert, EnvPGSSLMode,
 }
 
 // Environment variables the consumer Deployment sets for a PostgreSQL CA.
