@@ -25,13 +25,16 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/consumer/sink"
 	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
@@ -145,6 +148,9 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 	if err := r.templateUpgraded(ctx, s, gate, didApply, current); err != nil {
 		return err
 	}
+	if refused == nil && !gate.wait {
+		r.recordIdempotencyKey(ctx, s)
+	}
 
 	s.deploymentExists = true
 	obj.Status.Replicas = current.Status.Replicas
@@ -251,5 +257,35 @@ func (r *IdempotentConsumerReconciler) consumerStatus(s *reconcileState, dep *ap
 			dep.Name, dep.Status.UpdatedReplicas, want, dep.Status.AvailableReplicas)
 		set(metav1.ConditionFalse, kafkav1alpha1.ReasonDeploymentProgressing, msg)
 		s.wait(kafkav1alpha1.ReasonDeploymentProgressing, msg)
+	}
+}
+
+// recordIdempotencyKey keeps status.idempotencyKey on the HTTP sink's
+// template the Deployment now carries. A changed template is a Warning
+// Event and the condition IdempotencyKeyChanged: every redelivery of an
+// event sent under the previous template looks new to the provider, which
+// applies it again (docs/consumer.md, Sinks).
+func (r *IdempotentConsumerReconciler) recordIdempotencyKey(ctx context.Context, s *reconcileState) {
+	obj := s.obj
+	h := obj.Spec.Consumer.Sink.HTTP
+	if obj.Spec.Consumer.Sink.Type != kafkav1alpha1.SinkHTTP || h == nil {
+		return // kept: a sink that becomes HTTP again is compared with it
+	}
+	tmpl := h.IdempotencyKey
+	if tmpl == "" {
+		tmpl = sink.DefaultIdempotencyKey
+	}
+	st := obj.Status.IdempotencyKey
+	switch {
+	case st == nil:
+		obj.Status.IdempotencyKey = &kafkav1alpha1.IdempotencyKeyStatus{Template: tmpl}
+	case st.Template != tmpl:
+		msg := fmt.Sprintf("The HTTP sink's Idempotency-Key template changed from %q to %q: every redelivery of an event already sent under %q (a replay, an offset reset, a retry after a crash) now carries a new key, so the provider treats it as new and applies it again",
+			st.Template, tmpl, st.Template)
+		obj.Status.IdempotencyKey = &kafkav1alpha1.IdempotencyKeyStatus{Template: tmpl, Previous: st.Template, ChangedTime: ptr.To(metav1.NewTime(s.now))}
+		meta.RemoveStatusCondition(&obj.Status.Conditions, kafkav1alpha1.ConditionIdempotencyKeyChanged) // a new transition time
+		obj.SetCondition(kafkav1alpha1.ConditionIdempotencyKeyChanged, metav1.ConditionTrue, kafkav1alpha1.ReasonIdempotencyKeyChanged, msg)
+		r.event(obj, corev1.EventTypeWarning, kafkav1alpha1.ReasonIdempotencyKeyChanged, actionApplyDeployment, msg)
+		log.FromContext(ctx).Info("Idempotency-Key template changed", "from", st.Template, "to", tmpl)
 	}
 }

@@ -116,6 +116,7 @@ type ConsumerSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SINK_HTTP_URL')",message="env CONSUMER_SINK_HTTP_URL: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
 	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SINK_HTTP_TIMEOUT')",message="env CONSUMER_SINK_HTTP_TIMEOUT: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
 	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SINK_HTTP_AUTHORIZATION')",message="env CONSUMER_SINK_HTTP_AUTHORIZATION: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SINK_HTTP_IDEMPOTENCY_KEY')",message="env CONSUMER_SINK_HTTP_IDEMPOTENCY_KEY: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
 	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SINK_SQL_STATEMENT')",message="env CONSUMER_SINK_SQL_STATEMENT: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
 	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_TLS_ENABLED')",message="env CONSUMER_TLS_ENABLED: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
 	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_TLS_INSECURE_SKIP_VERIFY')",message="env CONSUMER_TLS_INSECURE_SKIP_VERIFY: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
@@ -173,6 +174,21 @@ type HTTPSinkSpec struct {
 	// (for example "Bearer <token>").
 	// +optional
 	AuthorizationSecretRef *SecretKeyRef `json:"authorizationSecretRef,omitempty"`
+
+	// idempotencyKey is the template of the Idempotency-Key header. Empty
+	// means the bare event id ("{eventId}"), the source design's rule. The
+	// placeholders are {eventId} (required), {group} (the consumer group) and
+	// {topic}; around them printable ASCII without spaces or braces. Use
+	// "{group}:{eventId}" when two consumer groups with per-group dedup call
+	// one provider account, or their keys collide. Changing it on a live
+	// stream makes every redelivery of an event already sent look new to the
+	// provider, which applies it again: the operator then records a Warning
+	// Event and the condition IdempotencyKeyChanged.
+	// +optional
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^([!-z|~]|\{(eventId|group|topic)\})*$')`,message="idempotencyKey may use only the placeholders {eventId}, {group} and {topic}, with printable ASCII other than spaces and braces around them"
+	// +kubebuilder:validation:XValidation:rule="self.contains('{eventId}')",message="idempotencyKey must contain {eventId}: without it different events would share a key and the provider would drop all but the first"
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
 // SQLSinkSpec configures the SQL sink. The statement runs in the same

@@ -354,6 +354,11 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 			if h.AuthorizationSecretRef != nil {
 				env = append(env, fromSecret(envvars.SinkHTTPAuthorization, *h.AuthorizationSecretRef))
 			}
+			if h.IdempotencyKey != "" {
+				// Only when set: the consumer's default is the bare event
+				// id, and an unset field leaves the pod template as it was.
+				env = append(env, val(envvars.SinkHTTPIdempotencyKey, h.IdempotencyKey))
+			}
 		}
 	case kafkav1alpha1.SinkSQL:
 		env = append(env, val(envvars.Sink, "sql"))
@@ -435,7 +440,7 @@ var ReservedEnv = []string{
 	envvars.DatabaseURL, envvars.DatabaseURLFallback, envvars.TableSchema, envvars.TableName, envvars.DedupScope,
 	envvars.BatchMaxMessages, envvars.BatchMaxWait, envvars.PolicyOutsideWindow, envvars.ListenAddr,
 	envvars.MemoryLimit, envvars.Ordering, envvars.MaxInFlight, envvars.Sink, envvars.SinkHTTPURL,
-	envvars.SinkHTTPTimeout, envvars.SinkHTTPAuthorization, envvars.SinkSQLStatement,
+	envvars.SinkHTTPTimeout, envvars.SinkHTTPAuthorization, envvars.SinkHTTPIdempotencyKey, envvars.SinkSQLStatement,
 	envvars.TLSEnabled, envvars.TLSInsecureSkipVerify, envvars.TLSCAFile, envvars.TLSCertFile, envvars.TLSKeyFile,
 	envvars.SASLMechanism, envvars.SASLUsername, envvars.SASLPassword, EnvPGSSLRootCert, EnvPGSSLMode,
 }
