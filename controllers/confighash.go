@@ -81,15 +81,14 @@ func ConfigHashKeyNamespace() string {
 	return metav1.NamespaceDefault
 }
 
-// configHasher computes config hashes with the operator's key, loaded
-// (or created) once.
+// configHasher holds the operator's key, loaded (or created) once.
 type configHasher struct {
 	mu  sync.Mutex
 	key []byte
 }
 
-// load returns the key, reading it from its Secret or creating the Secret
-// with a random key when absent. A failure is returned (the reconcile is
+// configHashKey returns the key, reading it from its Secret or creating
+// the Secret with a random key when absent. A failure is returned (the reconcile is
 // retried); a key once loaded is kept for the process's life.
 func (r *IdempotentConsumerReconciler) configHashKey(ctx context.Context) ([]byte, error) {
 	h := &r.hasher
