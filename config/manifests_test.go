@@ -24,6 +24,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -148,7 +149,7 @@ func TestDefaultOverlay(t *testing.T) {
 	// No CRD and no IdempotentConsumer: deleting the operator's kustomization
 	// (kubectl delete -k config/default) must leave the CRD, and with it every
 	// IdempotentConsumer and consumer Deployment, in place.
-	for kind, n := range map[string]int{"CustomResourceDefinition": 0, "IdempotentConsumer": 0, "Namespace": 1, "Deployment": 1, "ServiceAccount": 1, "Service": 1, "Role": 1, "RoleBinding": 1} {
+	for kind, n := range map[string]int{"CustomResourceDefinition": 0, "IdempotentConsumer": 0, "Namespace": 1, "Deployment": 1, "ServiceAccount": 1, "Service": 1, "Role": 2, "RoleBinding": 2} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s objects, want %d", kinds[kind], kind, n)
 		}
@@ -226,6 +227,16 @@ func TestDefaultOverlay(t *testing.T) {
 	// API, Deployments, Events and the KEDA objects of spec.autoscaling (no
 	// list or watch: it reads them by name), plus pods/create for the
 	// server-side dry run of controllers/podsecurity.go.
+	// In its own namespace, beyond the Lease: get of the config-hash key
+	// Secret by name, and create (which no name can limit), nothing else.
+	keyRole := typed(t, find(objs, "Role", prefix+"config-hash-key-role"), &rbacv1.Role{})
+	wantKeyRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"idempotency-operator-config-hash-key"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+	}
+	if !reflect.DeepEqual(keyRole.Rules, wantKeyRules) {
+		t.Errorf("config-hash-key-role rules %+v, want %+v", keyRole.Rules, wantKeyRules)
+	}
 	role := typed(t, find(objs, "ClusterRole", prefix+"manager-role"), &rbacv1.ClusterRole{})
 	allowed := map[string][]string{
 		"/secrets":             {"create", "get", "list", "update", "watch"},

@@ -25,13 +25,16 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/consumer/sink"
 	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
@@ -86,7 +89,11 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 			return nil
 		}
 	}
-	desired := objects.Deployment(obj, objects.Options{DefaultImage: r.Options.ConsumerImage, ConfigHash: configHash(values), Autoscaled: s.autoscale})
+	hashKey, err := r.configHashKey(ctx)
+	if err != nil {
+		return err
+	}
+	desired := objects.Deployment(obj, objects.Options{DefaultImage: r.Options.ConsumerImage, ConfigHash: configHash(hashKey, values), Autoscaled: s.autoscale})
 	if prob != nil && current != nil {
 		// Keep the pods running on the old credentials until the Secret is fixed.
 		desired.Spec.Template.Annotations[objects.AnnotationConfigHash] = current.Spec.Template.Annotations[objects.AnnotationConfigHash]
@@ -96,7 +103,10 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 	// A template change of the operator's own (a new release's builder)
 	// waits for a rollout slot; the Deployment stays as it is (rollout.go).
 	desired.Annotations[AnnotationTemplateHash] = templateHash(&desired.Spec.Template)
-	gate, err := r.gateTemplate(ctx, s, current, desired)
+	sameSecrets := func(currentHash, desiredHash string) bool {
+		return sameSecretValues(hashKey, currentHash, desiredHash, values)
+	}
+	gate, err := r.gateTemplate(ctx, s, current, desired, sameSecrets)
 	if err != nil {
 		return err
 	}
@@ -137,6 +147,9 @@ func (r *IdempotentConsumerReconciler) reconcileDeployment(ctx context.Context, 
 	}
 	if err := r.templateUpgraded(ctx, s, gate, didApply, current); err != nil {
 		return err
+	}
+	if refused == nil && !gate.wait {
+		r.recordIdempotencyKey(ctx, s)
 	}
 
 	s.deploymentExists = true
@@ -244,5 +257,35 @@ func (r *IdempotentConsumerReconciler) consumerStatus(s *reconcileState, dep *ap
 			dep.Name, dep.Status.UpdatedReplicas, want, dep.Status.AvailableReplicas)
 		set(metav1.ConditionFalse, kafkav1alpha1.ReasonDeploymentProgressing, msg)
 		s.wait(kafkav1alpha1.ReasonDeploymentProgressing, msg)
+	}
+}
+
+// recordIdempotencyKey keeps status.idempotencyKey on the HTTP sink's
+// template the Deployment now carries. A changed template is a Warning
+// Event and the condition IdempotencyKeyChanged: every redelivery of an
+// event sent under the previous template looks new to the provider, which
+// applies it again (docs/consumer.md, Sinks).
+func (r *IdempotentConsumerReconciler) recordIdempotencyKey(ctx context.Context, s *reconcileState) {
+	obj := s.obj
+	h := obj.Spec.Consumer.Sink.HTTP
+	if obj.Spec.Consumer.Sink.Type != kafkav1alpha1.SinkHTTP || h == nil {
+		return // kept: a sink that becomes HTTP again is compared with it
+	}
+	tmpl := h.IdempotencyKey
+	if tmpl == "" {
+		tmpl = sink.DefaultIdempotencyKey
+	}
+	st := obj.Status.IdempotencyKey
+	switch {
+	case st == nil:
+		obj.Status.IdempotencyKey = &kafkav1alpha1.IdempotencyKeyStatus{Template: tmpl}
+	case st.Template != tmpl:
+		msg := fmt.Sprintf("The HTTP sink's Idempotency-Key template changed from %q to %q: every redelivery of an event already sent under %q (a replay, an offset reset, a retry after a crash) now carries a new key, so the provider treats it as new and applies it again",
+			st.Template, tmpl, st.Template)
+		obj.Status.IdempotencyKey = &kafkav1alpha1.IdempotencyKeyStatus{Template: tmpl, Previous: st.Template, ChangedTime: ptr.To(metav1.NewTime(s.now))}
+		meta.RemoveStatusCondition(&obj.Status.Conditions, kafkav1alpha1.ConditionIdempotencyKeyChanged) // a new transition time
+		obj.SetCondition(kafkav1alpha1.ConditionIdempotencyKeyChanged, metav1.ConditionTrue, kafkav1alpha1.ReasonIdempotencyKeyChanged, msg)
+		r.event(obj, corev1.EventTypeWarning, kafkav1alpha1.ReasonIdempotencyKeyChanged, actionApplyDeployment, msg)
+		log.FromContext(ctx).Info("Idempotency-Key template changed", "from", st.Template, "to", tmpl)
 	}
 }

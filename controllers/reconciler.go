@@ -95,6 +95,11 @@ type Options struct {
 	// the operator connects to; a URL naming another host is refused with
 	// DatabaseHostNotAllowed, without dialing (hostallow.go).
 	DatabaseHostAllowlist HostAllowlist
+	// ConfigHashKeyNamespace and ConfigHashKeySecret name the Secret holding
+	// the key of the pod template's config hash (confighash.go), created by
+	// the manager when absent; defaults ConfigHashKeyNamespace() and
+	// DefaultConfigHashKeySecret.
+	ConfigHashKeyNamespace, ConfigHashKeySecret string
 }
 
 func (o Options) withDefaults() Options {
@@ -143,6 +148,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxConcurrentTemplateUpgrades == "" {
 		o.MaxConcurrentTemplateUpgrades = DefaultMaxConcurrentTemplateUpgrades
 	}
+	if o.ConfigHashKeyNamespace == "" {
+		o.ConfigHashKeyNamespace = ConfigHashKeyNamespace()
+	}
+	if o.ConfigHashKeySecret == "" {
+		o.ConfigHashKeySecret = DefaultConfigHashKeySecret
+	}
 	return o
 }
 
@@ -169,6 +180,7 @@ type IdempotentConsumerReconciler struct {
 	rollout    *templateGate
 	topicCache topicCache
 	keda       kedaDetector
+	hasher     configHasher
 }
 
 // +kubebuilder:rbac:groups=kafka.idempotency.dev,resources=idempotentconsumers,verbs=get;list;watch;update;patch

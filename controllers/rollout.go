@@ -146,12 +146,13 @@ func templateHash(t *corev1.PodTemplateSpec) string {
 // operator's own: the Deployment differs, its pod template too (a Deployment without the
 // template hash, made by a release before this one, counts as differing)
 // while the object's spec is the one last reconciled and the Secrets'
-// hash is the same, and the last template was not refused by Pod Security
+// values are the same (sameSecrets compares the two config hashes; one of
+// an earlier scheme or key is compared as confighash.go says), and the last template was not refused by Pod Security
 // admission. The generation is compared with status.observedGeneration
 // as read at the start of this reconcile: any spec change, even to a field
 // the Deployment does not use, makes the change the user's and it is
 // applied at once.
-func operatorCaused(obj *kafkav1alpha1.IdempotentConsumer, current, desired *appsv1.Deployment) bool {
+func operatorCaused(obj *kafkav1alpha1.IdempotentConsumer, current, desired *appsv1.Deployment, sameSecrets func(currentHash, desiredHash string) bool) bool {
 	if current == nil || current.Annotations[objects.AnnotationSpecHash] == desired.Annotations[objects.AnnotationSpecHash] ||
 		current.Annotations[AnnotationTemplateHash] == desired.Annotations[AnnotationTemplateHash] {
 		return false // nothing to apply, or nothing that restarts pods
@@ -164,7 +165,7 @@ func operatorCaused(obj *kafkav1alpha1.IdempotentConsumer, current, desired *app
 		// again on every reconcile, as before it was observed.
 		return false
 	}
-	return current.Spec.Template.Annotations[objects.AnnotationConfigHash] == desired.Spec.Template.Annotations[objects.AnnotationConfigHash]
+	return sameSecrets(current.Spec.Template.Annotations[objects.AnnotationConfigHash], desired.Spec.Template.Annotations[objects.AnnotationConfigHash])
 }
 
 // rolledOut reports whether a Deployment's current template runs on all
@@ -376,7 +377,7 @@ func (g *templateGate) wakeWaiters(ctx context.Context, now time.Time) error {
 // mark of an upgrade still in its slot, and sets or removes the
 // TemplateUpgradePending condition. A nil gate (no manager) decides
 // nothing.
-func (r *IdempotentConsumerReconciler) gateTemplate(ctx context.Context, s *reconcileState, current, desired *appsv1.Deployment) (gateDecision, error) {
+func (r *IdempotentConsumerReconciler) gateTemplate(ctx context.Context, s *reconcileState, current, desired *appsv1.Deployment, sameSecrets func(currentHash, desiredHash string) bool) (gateDecision, error) {
 	obj := s.obj
 	objKey := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	hash := desired.Annotations[AnnotationTemplateHash]
@@ -386,7 +387,7 @@ func (r *IdempotentConsumerReconciler) gateTemplate(ctx context.Context, s *reco
 		desired.Annotations[AnnotationTemplateUpgrade] = hash
 	}
 	g := r.rollout
-	if g == nil || !operatorCaused(obj, current, desired) {
+	if g == nil || !operatorCaused(obj, current, desired, sameSecrets) {
 		if g != nil {
 			g.finished(objKey)
 		}

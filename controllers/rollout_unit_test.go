@@ -96,9 +96,24 @@ func TestOperatorCaused(t *testing.T) {
 		if c.mod != nil {
 			c.mod(o)
 		}
-		if got := operatorCaused(o, c.current, desired); got != c.want {
+		if got := operatorCaused(o, c.current, desired, func(a, b string) bool { return a == b }); got != c.want {
 			t.Errorf("%s: operatorCaused = %t, want %t", c.name, got, c.want)
 		}
+	}
+
+	// The upgrade to the keyed config hash: a Deployment of the release
+	// before carries the unkeyed hash of the same values; the new hash is
+	// the operator's change, paced by the bound, not a rotated Secret.
+	key := make([]byte, 32)
+	values := []secretValue{{ref: kafkav1alpha1.SecretKeyRef{Name: "db", Key: "url"}, value: "postgres://u:p@db/app"}}
+	same := func(a, b string) bool { return sameSecretValues(key, a, b, values) }
+	keyed := dep("new", configHash(key, values))
+	if !operatorCaused(obj, dep("", unkeyedConfigHash(values)), keyed, same) {
+		t.Error("the unkeyed hash of unchanged values is not the operator's change: the upgrade would roll every consumer at once")
+	}
+	rotated := []secretValue{{ref: values[0].ref, value: "postgres://u:q@db/app"}}
+	if operatorCaused(obj, dep("", unkeyedConfigHash(rotated)), keyed, same) {
+		t.Error("a Secret rotated under the unkeyed hash counts as the operator's change: it would wait for a slot")
 	}
 }
 

@@ -18,8 +18,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 	"strings"
@@ -38,8 +36,8 @@ import (
 )
 
 // Secrets: which keys an object references, reading them (one GET each, once
-// per reconcile; Secrets are never cached), hashing them for the pod
-// template, scrubbing their values out of every message, and mapping a
+// per reconcile; Secrets are never cached) for the pod template's keyed
+// config hash (confighash.go), scrubbing their values out of every message, and mapping a
 // Secret's change to the objects that reference it.
 
 // secretValue is one Secret key's value as read this reconcile.
@@ -157,20 +155,6 @@ func secretRefs(obj *kafkav1alpha1.IdempotentConsumer) []kafkav1alpha1.SecretKey
 		refs = append(refs, *h.AuthorizationSecretRef)
 	}
 	return refs
-}
-
-// configHash hashes the values of the referenced Secret keys, in order.
-func configHash(values []secretValue) string {
-	h := sha256.New()
-	for _, v := range values {
-		h.Write([]byte(v.ref.Name))
-		h.Write([]byte{0})
-		h.Write([]byte(v.ref.Key))
-		h.Write([]byte{0})
-		h.Write([]byte(v.value))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
 // kafkaSecretRefs lists the Secret keys the Kafka connection needs: TLS

@@ -186,6 +186,8 @@ rules:
 		managerUser:     in.user,
 		// The Lease in the manager's namespace, under the overlay's Role.
 		leaderElectionNamespace: in.namespace,
+		// The config-hash key Secret too, under the overlay's Role for it.
+		options: Options{ConfigHashKeyNamespace: in.namespace},
 		apiServerArgs: map[string][]string{
 			"audit-policy-file": {policy},
 			"audit-log-path":    {auditLog},
@@ -263,7 +265,7 @@ rules:
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var inWatched []string
+	var inWatched, ownSecrets []string
 	refusedOutside := 0
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -283,7 +285,14 @@ rules:
 			refusedOutside++
 		}
 		if ref.Resource == "secrets" && ref.Namespace == in.namespace {
-			t.Errorf("the manager's identity asked for %s secrets in its own namespace", ev.Verb)
+			// Only the config-hash key: read by name, created once.
+			if (ev.Verb != "get" || ref.Name != DefaultConfigHashKeySecret) && ev.Verb != "create" {
+				t.Errorf("the manager's identity asked for %s secrets %q in its own namespace", ev.Verb, ref.Name)
+			}
+			if ev.ResponseStatus == nil || ev.ResponseStatus.Code >= 300 && ev.ResponseStatus.Code != 404 {
+				t.Errorf("the manager's %s of the config-hash key Secret in %s was refused: %+v", ev.Verb, in.namespace, ev.ResponseStatus)
+			}
+			ownSecrets = append(ownSecrets, ev.Verb)
 		}
 		if ref.Resource == "secrets" && ref.Namespace == watched {
 			inWatched = append(inWatched, ev.Verb)
@@ -297,6 +306,13 @@ rules:
 	// outside; the manager made none.
 	if refusedOutside != 3 {
 		t.Errorf("audit log: %d refused requests outside %s by %s, want the test's own 3", refusedOutside, watched, in.user)
+	}
+	if !slices.Contains(ownSecrets, "create") {
+		t.Errorf("audit log: the manager did not create its config-hash key Secret in %s (saw %q)", in.namespace, ownSecrets)
+	}
+	var sl corev1.SecretList
+	if err := sa.List(ctx, &sl, client.InNamespace(in.namespace)); !apierrors.IsForbidden(err) {
+		t.Errorf("Secret list in the manager's namespace %s as %s: err = %v, want Forbidden", in.namespace, in.user, err)
 	}
 	// Not vacuous: the manager's Secret watch and its read of the URL are there.
 	for _, verb := range []string{"list", "watch", "get"} {

@@ -28,6 +28,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 )
@@ -76,6 +77,13 @@ func (r *IdempotentConsumerReconciler) reconcileTopics(ctx context.Context, s *r
 			reason = kafkav1alpha1.ReasonInvalidKafkaCredentials
 		} else if infos, err = r.Topics.Inspect(ctx, conn, obj.Spec.Kafka.Topic, obj.DeadLetterTopic()); err != nil {
 			reason = classifyKafkaError(err)
+			if brokerConnectFailure(reason) {
+				// The details (address, refused or reset, no such host)
+				// are for the operator's log only: status and Events say
+				// only the kind (docs/security.md).
+				log.FromContext(ctx).Info("Cannot read the topics from the brokers", "reason", reason,
+					"bootstrapServers", obj.Spec.Kafka.BootstrapServers, "error", s.scrub(err.Error()))
+			}
 		}
 		obs = r.topicCache.put(key, fp, s.now, obj.Spec.Kafka.Topic, obj.DeadLetterTopic(), infos, err, reason, r.topicSchedule())
 	}
@@ -124,6 +132,9 @@ func (r *IdempotentConsumerReconciler) applyTopicObservation(ctx context.Context
 
 	if obs.err != nil {
 		msg := fmt.Sprintf("Cannot read topic %q from the brokers: %v", topic, obs.err)
+		if brokerConnectFailure(obs.reason) {
+			msg = brokerFailureMessage(obs.reason, topic)
+		}
 		if obs.good != nil {
 			msg += fmt.Sprintf("; status.topic is what they said at %s", obs.goodAt.UTC().Format(time.RFC3339))
 		}
@@ -310,4 +321,22 @@ func (c *topicCache) forget(key types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.entries, key)
+}
+
+// brokerConnectFailure reports whether a reason from classifyKafkaError
+// means the brokers could not be asked (a failed dial, reset, timeout, TLS
+// or SASL handshake). Such an error quotes the address and tells a refused
+// port from an open one, so spec.kafka.bootstrapServers would make the
+// operator a port scanner: its details go to the operator's log only, as
+// for the database (connectFailure in dberrors.go).
+func brokerConnectFailure(reason string) bool {
+	return reason == kafkav1alpha1.ReasonBrokerUnreachable || reason == kafkav1alpha1.ReasonKafkaAuthFailed
+}
+
+// brokerFailureMessage is the fixed status message of a connect failure.
+func brokerFailureMessage(reason, topic string) string {
+	if reason == kafkav1alpha1.ReasonKafkaAuthFailed {
+		return fmt.Sprintf("The brokers did not accept the SASL credentials of spec.kafka.sasl, so topic %q could not be read; the operator's log says more", topic)
+	}
+	return fmt.Sprintf("Cannot reach the brokers of spec.kafka.bootstrapServers to read topic %q (no connection, no answer or no TLS session); the operator's log says why", topic)
 }

@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -284,6 +285,10 @@ func TestClassifyDatabaseError(t *testing.T) {
 		{&dedup.LockError{Op: "attach", Attempts: 5, Err: errors.New("timeout")}, kafkav1alpha1.ReasonLockNotAvailable, true},
 		{fmt.Errorf("x: %w", dedup.ErrInvalidIdentifier), kafkav1alpha1.ReasonInvalidSpec, false},
 		{errors.New("something else"), kafkav1alpha1.ReasonDatabaseError, true},
+		// TLS: a server that is not TLS, or refuses it, is not a rejected certificate.
+		{fmt.Errorf("tls error: %w", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), kafkav1alpha1.ReasonDatabaseTLSFailed, true},
+		{errors.New("failed to connect to `host=db user=app database=x`: server refused TLS connection"), kafkav1alpha1.ReasonDatabaseTLSFailed, true},
+		{&tls.CertificateVerificationError{Err: errors.New("x509: unknown authority")}, kafkav1alpha1.ReasonCertificateRejected, true},
 	} {
 		reason, transient := classifyDatabaseError(tc.err)
 		if reason != tc.reason || transient != tc.transient {

@@ -73,6 +73,13 @@ const (
 	// role owns the table, is a superuser or bypasses row-level security),
 	// or what stopped the grant.
 	ConditionDatabaseRoles = "DatabaseRoles"
+	// ConditionIdempotencyKeyChanged: present (True) once the HTTP sink's
+	// Idempotency-Key template changed on this object: redeliveries of
+	// events sent under the previous template look new to the provider.
+	// Its message names both templates; it never changes Ready.
+	ConditionIdempotencyKeyChanged = "IdempotencyKeyChanged"
+	// ReasonIdempotencyKeyChanged is its reason, and the Warning Event's.
+	ReasonIdempotencyKeyChanged = "IdempotencyKeyChanged"
 )
 
 // Condition reasons. Each failure has its own, so alerts and kubectl output

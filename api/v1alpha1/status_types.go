@@ -108,6 +108,25 @@ type IdempotentConsumerStatus struct {
 	// registered on the table and the policy its partitions are kept with.
 	// +optional
 	SharedTable *SharedTableStatus `json:"sharedTable,omitempty"`
+
+	// idempotencyKey is the Idempotency-Key template the HTTP sink's
+	// Deployment was last given ("{eventId}" when
+	// spec.consumer.sink.http.idempotencyKey is empty), and when and from
+	// what it last changed.
+	// +optional
+	IdempotencyKey *IdempotencyKeyStatus `json:"idempotencyKey,omitempty"`
+}
+
+// IdempotencyKeyStatus records the HTTP sink's Idempotency-Key template.
+type IdempotencyKeyStatus struct {
+	// template in effect.
+	Template string `json:"template"`
+	// previous template, set when it changed on this object.
+	// +optional
+	Previous string `json:"previous,omitempty"`
+	// changedTime is when the operator applied a changed template.
+	// +optional
+	ChangedTime *metav1.Time `json:"changedTime,omitempty"`
 }
 
 // SharedTableStatus describes a table that several objects use.

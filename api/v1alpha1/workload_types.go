@@ -90,9 +90,44 @@ type ConsumerSpec struct {
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// env adds environment variables to the consumer container. Variables the
-	// operator sets (see docs/operator.md) cannot be overridden here.
+	// operator sets (see docs/operator.md) are refused here: set the spec
+	// field they come from. The names below are controllers/objects.ReservedEnv
+	// (a test checks that they agree); one rule each, so the message names it.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_BROKERS')",message="env CONSUMER_BROKERS: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_TOPIC')",message="env CONSUMER_TOPIC: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_GROUP')",message="env CONSUMER_GROUP: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_DEAD_LETTER_TOPIC')",message="env CONSUMER_DEAD_LETTER_TOPIC: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_CLIENT_ID')",message="env CONSUMER_CLIENT_ID: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_DATABASE_URL')",message="env CONSUMER_DATABASE_URL: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'DATABASE_URL')",message="env DATABASE_URL: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_TABLE_SCHEMA')",message="env CONSUMER_TABLE_SCHEMA: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_TABLE_NAME')",message="env CONSUMER_TABLE_NAME: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_DEDUP_SCOPE')",message="env CONSUMER_DEDUP_SCOPE: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_BATCH_MAX_MESSAGES')",message="env CONSUMER_BATCH_MAX_MESSAGES: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_BATCH_MAX_WAIT')",message="env CONSUMER_BATCH_MAX_WAIT: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_POLICY_OUTSIDE_WINDOW')",message="env CONSUMER_POLICY_OUTSIDE_WINDOW: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_LISTEN_ADDR')",message="env CONSUMER_LISTEN_ADDR: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_MEMORY_LIMIT')",message="env CONSUMER_MEMORY_LIMIT: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_ORDERING')",message="env CONSUMER_ORDERING: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_MAX_IN_FLIGHT')",message="env CONSUMER_MAX_IN_FLIGHT: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SINK')",message="env CONSUMER_SINK: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SINK_HTTP_URL')",message="env CONSUMER_SINK_HTTP_URL: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SINK_HTTP_TIMEOUT')",message="env CONSUMER_SINK_HTTP_TIMEOUT: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SINK_HTTP_AUTHORIZATION')",message="env CONSUMER_SINK_HTTP_AUTHORIZATION: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SINK_HTTP_IDEMPOTENCY_KEY')",message="env CONSUMER_SINK_HTTP_IDEMPOTENCY_KEY: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SINK_SQL_STATEMENT')",message="env CONSUMER_SINK_SQL_STATEMENT: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_TLS_ENABLED')",message="env CONSUMER_TLS_ENABLED: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_TLS_INSECURE_SKIP_VERIFY')",message="env CONSUMER_TLS_INSECURE_SKIP_VERIFY: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_TLS_CA_FILE')",message="env CONSUMER_TLS_CA_FILE: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_TLS_CERT_FILE')",message="env CONSUMER_TLS_CERT_FILE: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_TLS_KEY_FILE')",message="env CONSUMER_TLS_KEY_FILE: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SASL_MECHANISM')",message="env CONSUMER_SASL_MECHANISM: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SASL_USERNAME')",message="env CONSUMER_SASL_USERNAME: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'CONSUMER_SASL_PASSWORD')",message="env CONSUMER_SASL_PASSWORD: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'PGSSLROOTCERT')",message="env PGSSLROOTCERT: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name != 'PGSSLMODE')",message="env PGSSLMODE: the operator sets it itself, from the spec (docs/operator.md says from which field); set that field instead"
 	// +listType=map
 	// +listMapKey=name
 	Env []corev1.EnvVar `json:"env,omitempty"`
@@ -139,6 +174,21 @@ type HTTPSinkSpec struct {
 	// (for example "Bearer <token>").
 	// +optional
 	AuthorizationSecretRef *SecretKeyRef `json:"authorizationSecretRef,omitempty"`
+
+	// idempotencyKey is the template of the Idempotency-Key header. Empty
+	// means the bare event id ("{eventId}"), the source design's rule. The
+	// placeholders are {eventId} (required), {group} (the consumer group) and
+	// {topic}; around them printable ASCII without spaces or braces. Use
+	// "{group}:{eventId}" when two consumer groups with per-group dedup call
+	// one provider account, or their keys collide. Changing it on a live
+	// stream makes every redelivery of an event already sent look new to the
+	// provider, which applies it again: the operator then records a Warning
+	// Event and the condition IdempotencyKeyChanged.
+	// +optional
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^([!-z|~]|\{(eventId|group|topic)\})*$')`,message="idempotencyKey may use only the placeholders {eventId}, {group} and {topic}, with printable ASCII other than spaces and braces around them"
+	// +kubebuilder:validation:XValidation:rule="self.contains('{eventId}')",message="idempotencyKey must contain {eventId}: without it different events would share a key and the provider would drop all but the first"
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
 // SQLSinkSpec configures the SQL sink. The statement runs in the same
@@ -148,9 +198,13 @@ type SQLSinkSpec struct {
 	// insert, so the business write and the dedup record commit together. The
 	// parameters it receives (the event id, payload and Kafka coordinates) are
 	// documented with the consumer in docs/consumer.md.
+	// It must be one statement: a ';' may only end it, followed by nothing
+	// but spaces, ';' and comments (a ';' inside a string literal or a
+	// comment before the end counts too: write chr(59) in a literal).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=8192
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^[^;]*(;(\s|--[^\n;]*|/\*([^;*]|\*+[^;*/])*\*+/)*)*$')`,message="statement must hold one SQL statement: a ';' may only end it, followed by nothing but spaces and comments (the consumer runs one statement per event; PostgreSQL refuses more in a prepared statement). A ';' inside a string literal counts too: write chr(59) there"
 	Statement string `json:"statement"`
 }
 

@@ -147,6 +147,8 @@ func parseFlags() (*config, error) {
 	flag.DurationVar(&opts.TopicCheckInterval, "topic-check-interval", time.Hour, "How often topic retention and partitions are checked again after a successful look (a look that fails is retried after 1m, doubling up to 10m); 0 disables the periodic check.")
 	flag.StringVar(&opts.MaxConcurrentTemplateUpgrades, "max-concurrent-template-upgrades", controllers.DefaultMaxConcurrentTemplateUpgrades,
 		"Consumer Deployments that roll out a pod template change this operator made (a new release, a new --consumer-image), not their spec, at once: a count or a percentage of them; 0 applies such changes only with the next spec change.")
+	flag.StringVar(&opts.ConfigHashKeyNamespace, "config-hash-key-namespace", "",
+		"Namespace of the Secret "+controllers.DefaultConfigHashKeySecret+" holding the key of the consumer pod templates' config hash (made once by the manager when absent); empty means POD_NAMESPACE, else the Pod's own namespace, else \"default\" (outside a cluster).")
 	var maxConns int
 	var watchNamespacesFlag, hostAllowlistFlag string
 	flag.StringVar(&hostAllowlistFlag, "database-host-allowlist", "", "Comma-separated database hosts the operator may connect to: host names, *.domain, IP addresses, CIDRs (names match names, addresses match addresses; nothing is resolved to decide). A database URL naming another host is refused with DatabaseHostNotAllowed, without dialing. Empty allows every host.")

@@ -354,6 +354,11 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 			if h.AuthorizationSecretRef != nil {
 				env = append(env, fromSecret(envvars.SinkHTTPAuthorization, *h.AuthorizationSecretRef))
 			}
+			if h.IdempotencyKey != "" {
+				// Only when set: the consumer's default is the bare event
+				// id, and an unset field leaves the pod template as it was.
+				env = append(env, val(envvars.SinkHTTPIdempotencyKey, h.IdempotencyKey))
+			}
 		}
 	case kafkav1alpha1.SinkSQL:
 		env = append(env, val(envvars.Sink, "sql"))
@@ -410,6 +415,9 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 		)
 	}
 
+	// Stored objects (from before the API refused ReservedEnv in
+	// spec.consumer.env) keep what they had: only the variables this object
+	// gets from the operator, and DATABASE_URL, are dropped.
 	ours := map[string]bool{envvars.DatabaseURLFallback: true}
 	for _, e := range env {
 		ours[e.Name] = true
@@ -420,6 +428,21 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 		}
 	}
 	return env, volumes, mounts
+}
+
+// ReservedEnv lists every variable consumerEnv may set, for any object,
+// and DATABASE_URL (the consumer reads it when CONSUMER_DATABASE_URL is
+// unset). The API refuses them in spec.consumer.env: the CEL rule on that
+// field (api/v1alpha1 ConsumerSpec.Env) spells
+// the same list, and TestReservedEnvAgreesWithTheCRD checks both ways.
+var ReservedEnv = []string{
+	envvars.Brokers, envvars.Topic, envvars.Group, envvars.DeadLetterTopic, envvars.ClientID,
+	envvars.DatabaseURL, envvars.DatabaseURLFallback, envvars.TableSchema, envvars.TableName, envvars.DedupScope,
+	envvars.BatchMaxMessages, envvars.BatchMaxWait, envvars.PolicyOutsideWindow, envvars.ListenAddr,
+	envvars.MemoryLimit, envvars.Ordering, envvars.MaxInFlight, envvars.Sink, envvars.SinkHTTPURL,
+	envvars.SinkHTTPTimeout, envvars.SinkHTTPAuthorization, envvars.SinkHTTPIdempotencyKey, envvars.SinkSQLStatement,
+	envvars.TLSEnabled, envvars.TLSInsecureSkipVerify, envvars.TLSCAFile, envvars.TLSCertFile, envvars.TLSKeyFile,
+	envvars.SASLMechanism, envvars.SASLUsername, envvars.SASLPassword, EnvPGSSLRootCert, EnvPGSSLMode,
 }
 
 // Environment variables the consumer Deployment sets for a PostgreSQL CA.
