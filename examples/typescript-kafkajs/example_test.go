@@ -160,7 +160,7 @@ func TestTypeScriptConsumer(t *testing.T) {
 			"KAFKA_GROUP_ID":       group,
 			"DEAD_LETTER_TOPIC":    dlqTopic,
 			"DATABASE_URL":         dsn,
-			"DEDUP_CLAIM_FUNCTION": claimFn,
+			"DEDUP_CLAIM_ONE_FUNCTION": claimFn,
 			"CHARGE_URL":           prov.url(group),
 			"SESSION_TIMEOUT_MS":   "5000",
 		}

@@ -73,7 +73,7 @@ func TestTypeScriptConsumerRejectedCharge(t *testing.T) {
 		"KAFKA_GROUP_ID":       billing,
 		"DEAD_LETTER_TOPIC":    dlqTopic,
 		"DATABASE_URL":         dsn,
-		"DEDUP_CLAIM_FUNCTION": table.ClaimOneFunction(),
+		"DEDUP_CLAIM_ONE_FUNCTION": table.ClaimOneFunction(),
 		"CHARGE_URL":           prov.url(billing),
 		"SESSION_TIMEOUT_MS":   "5000",
 		"ATTEMPTS":             "2",
