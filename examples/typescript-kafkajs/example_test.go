@@ -155,14 +155,14 @@ func TestTypeScriptConsumer(t *testing.T) {
 	prov := newProvider(t)
 	env := func(group, name string, extra ...string) map[string]string {
 		e := map[string]string{
-			"KAFKA_BROKERS":        strings.Join(brk.addrs, ","),
-			"KAFKA_TOPIC":          topic,
-			"KAFKA_GROUP_ID":       group,
-			"DEAD_LETTER_TOPIC":    dlqTopic,
-			"DATABASE_URL":         dsn,
+			"KAFKA_BROKERS":            strings.Join(brk.addrs, ","),
+			"KAFKA_TOPIC":              topic,
+			"KAFKA_GROUP_ID":           group,
+			"DEAD_LETTER_TOPIC":        dlqTopic,
+			"DATABASE_URL":             dsn,
 			"DEDUP_CLAIM_ONE_FUNCTION": claimFn,
-			"CHARGE_URL":           prov.url(group),
-			"SESSION_TIMEOUT_MS":   "5000",
+			"CHARGE_URL":               prov.url(group),
+			"SESSION_TIMEOUT_MS":       "5000",
 		}
 		for i := 0; i+1 < len(extra); i += 2 {
 			e[extra[i]] = extra[i+1]
