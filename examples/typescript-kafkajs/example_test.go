@@ -390,7 +390,13 @@ func newV7(at time.Time) string {
 
 func produce(t *testing.T, ctx context.Context, brk *broker, recs []record) {
 	t.Helper()
-	w := brk.writer(topic)
+	produceTo(t, ctx, brk, topic, recs)
+}
+
+// produceTo produces recs to name, each to its partition.
+func produceTo(t *testing.T, ctx context.Context, brk *broker, name string, recs []record) {
+	t.Helper()
+	w := brk.writer(name)
 	defer w.Close()
 	msgs := make([]kafka.Message, len(recs))
 	for i, r := range recs {

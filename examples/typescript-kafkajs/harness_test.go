@@ -303,12 +303,18 @@ type proc struct {
 
 func startProc(t *testing.T, node, dir, name string, env map[string]string) *proc {
 	t.Helper()
+	return startNode(t, node, dir, "dist/consumer.js", name, env)
+}
+
+// startNode runs script (relative to dir) with node.
+func startNode(t *testing.T, node, dir, script, name string, env map[string]string) *proc {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(node, "dist/consumer.js")
+	cmd := exec.Command(node, script)
 	cmd.Dir = dir
 	cmd.Env = os.Environ()
 	for k, v := range env {
