@@ -108,7 +108,10 @@ func TestPythonBatchConsumer(t *testing.T) {
 		}
 		msgs = append(msgs, m)
 	}
-	bad := func(id string) []byte { v, _ := json.Marshal(map[string]any{"eventId": id, "amountCents": 1}); return v }
+	bad := func(id string) []byte {
+		v, _ := json.Marshal(map[string]any{"eventId": id, "amountCents": 1})
+		return v
+	}
 	msgs = append(msgs, kafka.Message{Partition: 0, Value: bad(v7(time.Now().Add(-90 * 24 * time.Hour)))},
 		kafka.Message{Partition: 1, Value: bad(uuid.New().String())}, kafka.Message{Partition: 2, Value: []byte("not json")})
 	w := consumertest.NewWriter(brokers, topic)
