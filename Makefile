@@ -114,7 +114,7 @@ test-upgrade: ## Upgrade and downgrade from a real older build (latest tag, else
 	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -v -run '^TestUpgradeFromOlderBuild$$' ./hack/upgrade/
 
 .PHONY: test-examples
-test-examples: ## Run the examples in examples/ against PostgreSQL and the broker (needs Node.js 20 and npm; npm ci from the lock files).
+test-examples: ## Run the examples in examples/ against PostgreSQL and the broker (needs Node.js 20 and npm, npm ci from the lock files; python3-confluent-kafka and python3-psycopg).
 	go test $(GO_TEST_FLAGS) ./examples/...
 
 .PHONY: bench

@@ -5,10 +5,10 @@
 # those lines last, prefixed with the benchmark's name.
 #
 #   make bench                 # all of them
-#   BENCH=dedup make bench     # one of: dedup consumer slow_sink memory scale operator operator_cost
+#   BENCH=dedup make bench     # one of: dedup claim anylang consumer slow_sink memory scale operator operator_cost
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-which="${BENCH:-dedup consumer slow_sink memory scale operator}"
+which="${BENCH:-dedup claim anylang consumer slow_sink memory scale operator}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
@@ -45,6 +45,12 @@ for b in $which; do
 	dedup)
 		# Partition drop vs DELETE of 1M rows; batched dedup insert vs single-row inserts.
 		run dedup env DEDUP_BENCH=1 go test ./consumer/dedup/ -run '^TestBenchmarkReport$' -count=1 -v -timeout 30m || status=1 ;;
+	claim)
+		# The per-record claim function vs a plain INSERT ... ON CONFLICT DO NOTHING, one call per transaction (RESULT claim per_record_ms=... insert_ms=... vs_insert=...).
+		run claim env DEDUP_BENCH=1 go test ./consumer/dedup/ -run '^TestClaimOneCostReport$' -count=1 -v -timeout 10m || status=1 ;;
+	anylang)
+		# The TypeScript example's src/batch.ts (kafkajs + pg): per-record claim_one and batch _claim vs the same client without the claim (RESULT anylang per_record_vs_naive=... batch_vs_naive=...; needs Node.js 20 and npm).
+		run anylang env ANYLANG_BENCH=1 go test ./examples/typescript-kafkajs/ -run '^TestBenchAnyLanguage$' -count=1 -v -timeout 30m || status=1 ;;
 	consumer)
 		# The runtime vs one transaction + one offset commit per message; vs no dedup; 50% duplicates; consumer RSS.
 		run consumer env CONSUMER_BENCH=1 go test ./consumer/ -run '^TestBench$' -count=1 -v -timeout 30m || status=1 ;;
@@ -70,7 +76,7 @@ for b in $which; do
 		# Only RESULT operator_cost, with OPERATOR_COST_OBJECTS (default 1000) objects and a short quiet period.
 		assets="$(hack/envtest.sh)"
 		run operator_cost env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 OPERATOR_BENCH_PROCESS=1 OPERATOR_BENCH_OBJECTS="${OPERATOR_COST_OBJECTS:-1000}" OPERATOR_BENCH_QUIET=5s go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1 ;;
-	*) echo "bench: unknown benchmark $b (dedup, consumer, slow_sink, memory, scale, operator, operator_cost)" >&2; exit 2 ;;
+	*) echo "bench: unknown benchmark $b (dedup, claim, anylang, consumer, slow_sink, memory, scale, operator, operator_cost)" >&2; exit 2 ;;
 	esac
 done
 echo

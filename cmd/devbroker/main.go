@@ -72,6 +72,7 @@ func run() error {
 		return fmt.Errorf("starting broker: %w", err)
 	}
 	defer broker.Close()
+	answerOffsetFetchLikeKafka(broker.Cluster())
 	addrs := broker.Brokers()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

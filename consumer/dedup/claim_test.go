@@ -951,7 +951,7 @@ func TestClaimEnsure(t *testing.T) {
 	}
 	var comment string
 	if err := pool.QueryRow(ctx, "SELECT obj_description($1::regproc, 'pg_proc')", tbl.ClaimFunction()).Scan(&comment); err != nil ||
-		comment != `{"idempotency.dev/claim-of":"public.claim_ens","version":1}` {
+		comment != `{"idempotency.dev/claim-of":"public.claim_ens","version":2}` {
 		t.Fatalf("marker %q, %v", comment, err)
 	}
 

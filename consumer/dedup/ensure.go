@@ -15,7 +15,12 @@ import (
 // owner's marker (else *OwnershipError) and the requested layout (else
 // *LayoutError). A table of an older layout version is migrated first; one
 // of a newer version is refused with *LayoutVersionError, unchanged. It
-// creates no partitions; Maintain does.
+// creates no partitions: until Maintain runs, every claim is
+// outside_window. Call Maintain right after it (cmd/dedupctl's create does;
+// the operator does in the same reconcile) and then on a schedule. The
+// first partitions are left to Maintain because their range depends on the
+// clock and policy the caller maintains with (the operator plans ahead of
+// now by its lead, tests with a clock of their own).
 //
 // After it succeeds, this Engine's Maintain refuses (*OwnershipError) a
 // table whose marker has come to name another owner meanwhile (adopted by

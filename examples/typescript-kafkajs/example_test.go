@@ -109,16 +109,14 @@ func TestTypeScriptConsumer(t *testing.T) {
 		t.Fatalf("connecting: %v", err)
 	}
 	defer pool.Close()
-	eng, err := dedup.NewEngine(pool, table)
-	if err != nil {
-		t.Fatal(err)
+	// The table is made by cmd/dedupctl, as on a machine without
+	// Kubernetes: no operator, no envtest (docs/dedupctl.md).
+	ctl := buildDedupctl(t, ctx, tmp, dsn)
+	if out := ctl.run("create", "--schema", table.Schema, "--table", table.Name, "--scope", string(table.Scope),
+		"--interval", string(table.Interval), "--premake", "2"); !strings.Contains(out, "ready") {
+		t.Fatalf("dedupctl create: %s", out)
 	}
-	if err := eng.EnsureTable(ctx, "examples-typescript-kafkajs"); err != nil {
-		t.Fatalf("creating the dedup table: %v", err)
-	}
-	if _, err := eng.Maintain(ctx, time.Now(), 2, 7*24*time.Hour); err != nil {
-		t.Fatalf("creating partitions: %v", err)
-	}
+	windowBefore := ctl.window()
 	ledgerSQL, err := os.ReadFile("sql/ledger.sql")
 	if err != nil {
 		t.Fatal(err)
@@ -157,14 +155,14 @@ func TestTypeScriptConsumer(t *testing.T) {
 	prov := newProvider(t)
 	env := func(group, name string, extra ...string) map[string]string {
 		e := map[string]string{
-			"KAFKA_BROKERS":        strings.Join(brk.addrs, ","),
-			"KAFKA_TOPIC":          topic,
-			"KAFKA_GROUP_ID":       group,
-			"DEAD_LETTER_TOPIC":    dlqTopic,
-			"DATABASE_URL":         dsn,
-			"DEDUP_CLAIM_FUNCTION": claimFn,
-			"CHARGE_URL":           prov.url(group),
-			"SESSION_TIMEOUT_MS":   "5000",
+			"KAFKA_BROKERS":            strings.Join(brk.addrs, ","),
+			"KAFKA_TOPIC":              topic,
+			"KAFKA_GROUP_ID":           group,
+			"DEAD_LETTER_TOPIC":        dlqTopic,
+			"DATABASE_URL":             dsn,
+			"DEDUP_CLAIM_ONE_FUNCTION": claimFn,
+			"CHARGE_URL":               prov.url(group),
+			"SESSION_TIMEOUT_MS":       "5000",
 		}
 		for i := 0; i+1 < len(extra); i += 2 {
 			e[extra[i]] = extra[i+1]
@@ -309,6 +307,16 @@ func TestTypeScriptConsumer(t *testing.T) {
 	if n := len(dl[billing]["outside_window"]); n < 2 {
 		t.Errorf("billing: %d outside_window dead letters; want at least 2 (the first run and the replay)", n)
 	}
+
+	// Maintenance, run as a cron job would two days from now, moves the
+	// window on by two days.
+	ctl.run("maintain", "--schema", table.Schema, "--table", table.Name, "--premake", "2",
+		"--now", time.Now().Add(48*time.Hour).UTC().Format(time.RFC3339))
+	windowAfter := ctl.window()
+	if windowAfter.To.Sub(windowBefore.To) != 48*time.Hour {
+		t.Errorf("dedupctl maintain two days on: window %s -> %s; want its end two days later", windowBefore, windowAfter)
+	}
+	t.Logf("dedupctl maintain: window %s -> %s", windowBefore, windowAfter)
 	t.Logf("done in %s", time.Since(start).Round(time.Millisecond))
 }
 
@@ -382,7 +390,13 @@ func newV7(at time.Time) string {
 
 func produce(t *testing.T, ctx context.Context, brk *broker, recs []record) {
 	t.Helper()
-	w := brk.writer(topic)
+	produceTo(t, ctx, brk, topic, recs)
+}
+
+// produceTo produces recs to name, each to its partition.
+func produceTo(t *testing.T, ctx context.Context, brk *broker, name string, recs []record) {
+	t.Helper()
+	w := brk.writer(name)
 	defer w.Close()
 	msgs := make([]kafka.Message, len(recs))
 	for i, r := range recs {

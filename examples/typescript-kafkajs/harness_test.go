@@ -303,12 +303,18 @@ type proc struct {
 
 func startProc(t *testing.T, node, dir, name string, env map[string]string) *proc {
 	t.Helper()
+	return startNode(t, node, dir, "dist/consumer.js", name, env)
+}
+
+// startNode runs script (relative to dir) with node.
+func startNode(t *testing.T, node, dir, script, name string, env map[string]string) *proc {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(node, "dist/consumer.js")
+	cmd := exec.Command(node, script)
 	cmd.Dir = dir
 	cmd.Env = os.Environ()
 	for k, v := range env {
@@ -468,4 +474,59 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, erro
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %s waiting for %s (last error: %v)", d, what, lastErr)
+}
+
+// dedupctl is cmd/dedupctl, built for this test, on one database.
+type dedupctl struct {
+	t   *testing.T
+	ctx context.Context
+	bin string
+	dsn string
+}
+
+// buildDedupctl builds cmd/dedupctl into dir.
+func buildDedupctl(t *testing.T, ctx context.Context, dir, dsn string) *dedupctl {
+	t.Helper()
+	bin := filepath.Join(dir, "dedupctl")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/idempotency-dev/operator/cmd/dedupctl")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building cmd/dedupctl: %v\n%s", err, out)
+	}
+	return &dedupctl{t: t, ctx: ctx, bin: bin, dsn: dsn}
+}
+
+// run runs dedupctl with the URL in DATABASE_URL (never a flag) and returns
+// its standard output; a failure fails the test.
+func (d *dedupctl) run(args ...string) string {
+	d.t.Helper()
+	cmd := exec.CommandContext(d.ctx, d.bin, args...)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+d.dsn)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		d.t.Fatalf("dedupctl %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
+}
+
+// shownWindow is the window dedupctl show --json reports.
+type shownWindow struct {
+	From time.Time `json:"windowFrom"`
+	To   time.Time `json:"windowTo"`
+}
+
+func (w shownWindow) String() string {
+	return "[" + w.From.Format(time.RFC3339) + ", " + w.To.Format(time.RFC3339) + ")"
+}
+
+// window is the table's window as dedupctl show reports it.
+func (d *dedupctl) window() shownWindow {
+	d.t.Helper()
+	out := d.run("show", "--schema", table.Schema, "--table", table.Name, "--json")
+	var w shownWindow
+	if err := json.Unmarshal([]byte(out), &w); err != nil {
+		d.t.Fatalf("dedupctl show --json: %v\n%s", err, out)
+	}
+	return w
 }

@@ -68,15 +68,15 @@ func TestTypeScriptConsumerRejectedCharge(t *testing.T) {
 	prov := newProvider(t)
 	prov.reject(refused)
 	p := startProc(t, node, dir, "billing-reject", map[string]string{
-		"KAFKA_BROKERS":        brk.addrs[0],
-		"KAFKA_TOPIC":          topic,
-		"KAFKA_GROUP_ID":       billing,
-		"DEAD_LETTER_TOPIC":    dlqTopic,
-		"DATABASE_URL":         dsn,
-		"DEDUP_CLAIM_FUNCTION": table.ClaimOneFunction(),
-		"CHARGE_URL":           prov.url(billing),
-		"SESSION_TIMEOUT_MS":   "5000",
-		"ATTEMPTS":             "2",
+		"KAFKA_BROKERS":            brk.addrs[0],
+		"KAFKA_TOPIC":              topic,
+		"KAFKA_GROUP_ID":           billing,
+		"DEAD_LETTER_TOPIC":        dlqTopic,
+		"DATABASE_URL":             dsn,
+		"DEDUP_CLAIM_ONE_FUNCTION": table.ClaimOneFunction(),
+		"CHARGE_URL":               prov.url(billing),
+		"SESSION_TIMEOUT_MS":       "5000",
+		"ATTEMPTS":                 "2",
 	})
 	waitFor(t, 90*time.Second, "the record after the refused charge to be charged and every offset committed", func() (bool, error) {
 		if prov.snapshot(billing)[after] == 0 {

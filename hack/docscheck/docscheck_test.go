@@ -20,7 +20,7 @@ import (
 const root = "../.."
 
 // ours are the project's binaries whose flags the docs mention.
-var ours = []string{"manager", "consumer", "dedup-migrate"}
+var ours = []string{"manager", "consumer", "dedup-migrate", "dedupctl"}
 
 // documents are the files checked.
 func documents(t *testing.T) []string {

@@ -10,8 +10,11 @@ export interface Config {
   groupId: string;
   deadLetterTopic: string;
   databaseUrl: string;
-  /** Quoted schema-qualified per-id claim function, e.g. "billing"."processed_event_claim_one". */
-  claimFunction: string;
+  /**
+   * Quoted schema-qualified per-id claim function, e.g. "billing"."processed_event_claim_one":
+   * the application Secret's key claimOneFunction (the key claimFunction is the batch function).
+   */
+  claimOneFunction: string;
   chargeUrl: string;
   account: string;
   onOutsideWindow: Policy;
@@ -50,9 +53,12 @@ function int(env: NodeJS.ProcessEnv, name: string, def: number, min: number): nu
 }
 
 /**
- * Reads the configuration. The names match what the operator publishes for a
- * table-only IdempotentConsumer where they overlap (DEDUP_CLAIM_FUNCTION is
- * the per-id function, <schema>.<table>_claim_one).
+ * Reads the configuration. The names follow the application Secret's keys
+ * (status.applicationSecretName) where they overlap: the Secret's key
+ * claimOneFunction is the field claimOneFunction and the variable
+ * DEDUP_CLAIM_ONE_FUNCTION (<schema>.<table>_claim_one); the key claimFunction
+ * (the batch function, <schema>.<table>_claim) would be DEDUP_CLAIM_FUNCTION.
+ * A test (examples/typescript-kafkajs/names_test.go) holds them together.
  */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const topic = required(env, 'KAFKA_TOPIC');
@@ -66,7 +72,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     groupId: required(env, 'KAFKA_GROUP_ID'),
     deadLetterTopic: env.DEAD_LETTER_TOPIC || `${topic}.dlq`,
     databaseUrl: required(env, 'DATABASE_URL'),
-    claimFunction: quoteFunctionName(required(env, 'DEDUP_CLAIM_FUNCTION')),
+    claimOneFunction: perRecordFunction(required(env, 'DEDUP_CLAIM_ONE_FUNCTION')),
     chargeUrl: required(env, 'CHARGE_URL'),
     account: env.CHARGE_ACCOUNT || 'example',
     onOutsideWindow: policy(env, 'ON_OUTSIDE_WINDOW'),
@@ -77,4 +83,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     partitionsConsumedConcurrently: int(env, 'PARTITIONS_CONSUMED_CONCURRENTLY', 2, 1),
     attempts: int(env, 'ATTEMPTS', 5, 1),
   };
+}
+
+/**
+ * The per-record function's name, quoted; a name that is not a _claim_one
+ * function (the Secret's claimFunction, the batch function, wired in by
+ * mistake) is refused here rather than by PostgreSQL at the first record.
+ */
+function perRecordFunction(name: string): string {
+  if (!name.endsWith('_claim_one')) {
+    throw new Error(
+      `DEDUP_CLAIM_ONE_FUNCTION=${JSON.stringify(name)}: want the per-record function <schema>.<table>_claim_one ` +
+        "(the application Secret's key claimOneFunction, not claimFunction, which is the batch function)",
+    );
+  }
+  return quoteFunctionName(name);
 }

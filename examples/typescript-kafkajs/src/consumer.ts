@@ -221,7 +221,7 @@ class App {
   ): Promise<Verdict> {
     return this.attempts(where, heartbeat, () =>
       this.db.transaction(async (em): Promise<Verdict> => {
-        const v = await claimOne(em, this.cfg.claimFunction, eventId, this.cfg.groupId);
+        const v = await claimOne(em, this.cfg.claimOneFunction, eventId, this.cfg.groupId);
         if (v !== 'new') {
           return v; // nothing recorded; the transaction commits nothing
         }
