@@ -90,6 +90,7 @@ func TestPackageLayers(t *testing.T) {
 		"internal/telemetry":  {"event", "internal/record", "internal/redact", "version"},
 		"internal/membudget":  {"internal/telemetry"},
 		"internal/deadletter": {"event", "internal/broker", "internal/record", "internal/redact"},
+		"replay":              {"event"},
 		"internal/partition": {"event", "envelope", "dedup", "internal/record", "internal/telemetry", "internal/broker",
 			"internal/deadletter", "internal/membudget", "internal/backoff", "internal/redact"},
 		"internal/txpipe": {"event", "envelope", "dedup", "internal/partition", "internal/record", "internal/telemetry",
