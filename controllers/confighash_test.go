@@ -124,8 +124,8 @@ func TestConfigHashKeyed(t *testing.T) {
 	k2[0] = 1
 	v := []secretValue{{ref: kafkav1alpha1.SecretKeyRef{Name: "db", Key: "url"}, value: "postgres://u:hunter2@db/app"}}
 	w := []secretValue{{ref: kafkav1alpha1.SecretKeyRef{Name: "db", Key: "url"}, value: "postgres://u:hunter3@db/app"}}
-	if configHash(k1, v) != configHash(k1, v) {
-		t.Error("one key, one value: two hashes")
+	if h1, h2 := configHash(k1, v), configHash(k1, v); h1 != h2 {
+		t.Errorf("one key, one value: two hashes %q and %q", h1, h2)
 	}
 	if configHash(k1, v) == configHash(k2, v) {
 		t.Error("two keys give the same hash: it does not depend on the key")
