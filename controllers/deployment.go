@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -264,7 +265,8 @@ func (r *IdempotentConsumerReconciler) consumerStatus(s *reconcileState, dep *ap
 // template the Deployment now carries. A changed template is a Warning
 // Event and the condition IdempotencyKeyChanged: every redelivery of an
 // event sent under the previous template looks new to the provider, which
-// applies it again (docs/consumer.md, Sinks).
+// applies it again (docs/consumer.md, Sinks). The condition turns False
+// once the dedup retention has passed since the change.
 func (r *IdempotentConsumerReconciler) recordIdempotencyKey(ctx context.Context, s *reconcileState) {
 	obj := s.obj
 	h := obj.Spec.Consumer.Sink.HTTP
@@ -287,5 +289,16 @@ func (r *IdempotentConsumerReconciler) recordIdempotencyKey(ctx context.Context,
 		obj.SetCondition(kafkav1alpha1.ConditionIdempotencyKeyChanged, metav1.ConditionTrue, kafkav1alpha1.ReasonIdempotencyKeyChanged, msg)
 		r.event(obj, corev1.EventTypeWarning, kafkav1alpha1.ReasonIdempotencyKeyChanged, actionApplyDeployment, msg)
 		log.FromContext(ctx).Info("Idempotency-Key template changed", "from", st.Template, "to", tmpl)
+	case st.ChangedTime != nil && s.now.Sub(st.ChangedTime.Time) > obj.Retention():
+		// Every event sent under the previous template is now older than the
+		// dedup window: its redelivery is outside_window whatever the key.
+		c := obj.GetCondition(kafkav1alpha1.ConditionIdempotencyKeyChanged)
+		if c == nil || c.Status == metav1.ConditionFalse {
+			return
+		}
+		msg := fmt.Sprintf("The HTTP sink's Idempotency-Key template changed from %q to %q at %s, more than the dedup retention (%s) ago: every event sent under %q is outside the dedup window now",
+			st.Previous, tmpl, st.ChangedTime.UTC().Format(time.RFC3339), obj.Retention(), st.Previous)
+		obj.SetCondition(kafkav1alpha1.ConditionIdempotencyKeyChanged, metav1.ConditionFalse, kafkav1alpha1.ReasonIdempotencyKeySettled, msg)
+		r.event(obj, corev1.EventTypeNormal, kafkav1alpha1.ReasonIdempotencyKeySettled, actionApplyDeployment, msg)
 	}
 }

@@ -73,13 +73,18 @@ const (
 	// role owns the table, is a superuser or bypasses row-level security),
 	// or what stopped the grant.
 	ConditionDatabaseRoles = "DatabaseRoles"
-	// ConditionIdempotencyKeyChanged: present (True) once the HTTP sink's
-	// Idempotency-Key template changed on this object: redeliveries of
-	// events sent under the previous template look new to the provider.
-	// Its message names both templates; it never changes Ready.
+	// ConditionIdempotencyKeyChanged: present once the HTTP sink's
+	// Idempotency-Key template changed on this object. True (reason
+	// IdempotencyKeyChanged) until the dedup retention has passed since the
+	// change: redeliveries of events sent under the previous template look
+	// new to the provider. Then False (reason IdempotencyKeySettled): every
+	// such event is outside the dedup window. Its message names both
+	// templates; it never changes Ready.
 	ConditionIdempotencyKeyChanged = "IdempotencyKeyChanged"
-	// ReasonIdempotencyKeyChanged is its reason, and the Warning Event's.
+	// ReasonIdempotencyKeyChanged is its True reason, and the Warning Event's.
 	ReasonIdempotencyKeyChanged = "IdempotencyKeyChanged"
+	// ReasonIdempotencyKeySettled is its False reason, and the Normal Event's.
+	ReasonIdempotencyKeySettled = "IdempotencyKeySettled"
 )
 
 // Condition reasons. Each failure has its own, so alerts and kubectl output
