@@ -239,11 +239,30 @@ func kafkaConnection(obj *kafkav1alpha1.IdempotentConsumer, value func(kafkav1al
 	return conn, nil
 }
 
+// tlsHandshakeFailure reports an error of the TLS handshake itself: the
+// brokers' certificate is not trusted or names another host, or what
+// answered sent something that is not TLS.
+func tlsHandshakeFailure(err error) bool {
+	var (
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+		record  tls.RecordHeaderError
+		alert   tls.AlertError
+	)
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) ||
+		errors.As(err, &invalid) || errors.As(err, &record) || errors.As(err, &alert)
+}
+
 // classifyKafkaError maps an Inspect error (or a per-topic error) to a
 // condition reason. A Kafka error code says what the broker refused; any
 // other error (refused or reset connections, timeouts, name resolution, a
 // failed TLS handshake) means the brokers could not be asked.
 func classifyKafkaError(err error) string {
+	if tlsHandshakeFailure(err) {
+		return kafkav1alpha1.ReasonKafkaTLSFailed
+	}
 	var kerr kafka.Error
 	if !errors.As(err, &kerr) {
 		return kafkav1alpha1.ReasonBrokerUnreachable

@@ -302,3 +302,33 @@ func TestKafkaAdminTLSAndSASL(t *testing.T) {
 		t.Errorf("bad CA: %v", err)
 	}
 }
+
+// TestClassifyKafkaTLSFailure: a failed TLS handshake with the brokers has a
+// reason of its own, KafkaTLSFailed, not BrokerUnreachable: a broker whose
+// certificate the configured CA does not sign. (A port that answers no TLS (a plain broker waits for more bytes: that is a timeout,
+// BrokerUnreachable).
+func TestClassifyKafkaTLSFailure(t *testing.T) {
+	cert, _ := selfSignedPEM(t)
+	_, otherCA := selfSignedPEM(t)
+	tlsBroker := consumertest.NewKafka(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}}), kfake.SeedTopics(1, "orders"))
+	for name, brokers := range map[string][]string{"untrusted certificate": tlsBroker.Brokers()} {
+		obj := newConsumer("ns", "a", func(o *kafkav1alpha1.IdempotentConsumer) {
+			o.Spec.Kafka.BootstrapServers = brokers
+			o.Spec.Kafka.TLS = &kafkav1alpha1.KafkaTLS{CASecretRef: &kafkav1alpha1.SecretKeyRef{Name: "kafka-ca", Key: "ca.crt"}}
+		})
+		conn, err := kafkaConnection(obj, func(kafkav1alpha1.SecretKeyRef) string { return otherCA })
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = KafkaAdmin{Timeout: 5 * time.Second}.Inspect(context.Background(), conn, "orders")
+		if err == nil {
+			t.Fatalf("%s: the handshake succeeded", name)
+		}
+		if got := classifyKafkaError(err); got != kafkav1alpha1.ReasonKafkaTLSFailed {
+			t.Errorf("%s: classified %s, want %s (%v)", name, got, kafkav1alpha1.ReasonKafkaTLSFailed, err)
+		}
+		if !brokerConnectFailure(kafkav1alpha1.ReasonKafkaTLSFailed) {
+			t.Error("KafkaTLSFailed is not a connect failure: its details would reach the status")
+		}
+	}
+}

@@ -330,13 +330,17 @@ func (c *topicCache) forget(key types.NamespacedName) {
 // operator a port scanner: its details go to the operator's log only, as
 // for the database (connectFailure in dberrors.go).
 func brokerConnectFailure(reason string) bool {
-	return reason == kafkav1alpha1.ReasonBrokerUnreachable || reason == kafkav1alpha1.ReasonKafkaAuthFailed
+	return reason == kafkav1alpha1.ReasonBrokerUnreachable || reason == kafkav1alpha1.ReasonKafkaAuthFailed ||
+		reason == kafkav1alpha1.ReasonKafkaTLSFailed
 }
 
 // brokerFailureMessage is the fixed status message of a connect failure.
 func brokerFailureMessage(reason, topic string) string {
-	if reason == kafkav1alpha1.ReasonKafkaAuthFailed {
+	switch reason {
+	case kafkav1alpha1.ReasonKafkaAuthFailed:
 		return fmt.Sprintf("The brokers did not accept the SASL credentials of spec.kafka.sasl, so topic %q could not be read; the operator's log says more", topic)
+	case kafkav1alpha1.ReasonKafkaTLSFailed:
+		return fmt.Sprintf("The TLS handshake with the brokers failed, so topic %q could not be read: their certificate is not signed by the CA of spec.kafka.tls or names another host, or the port does not speak TLS; the operator's log says which", topic)
 	}
 	return fmt.Sprintf("Cannot reach the brokers of spec.kafka.bootstrapServers to read topic %q (no connection, no answer or no TLS session); the operator's log says why", topic)
 }

@@ -157,6 +157,7 @@ const (
 	ReasonReplicasExceedPartitions  = "ReplicasExceedPartitions"
 	ReasonBrokerUnreachable         = "BrokerUnreachable"
 	ReasonKafkaAuthFailed           = "KafkaAuthenticationFailed"
+	ReasonKafkaTLSFailed            = "KafkaTLSFailed"
 	ReasonTopicNotFound             = "TopicNotFound"
 	ReasonTopicAccessDenied         = "TopicAccessDenied"
 	ReasonTopicRetentionUnknown     = "TopicRetentionUnknown"
