@@ -144,8 +144,11 @@ func (b *biller) charge(ctx context.Context, p payment) (string, error) {
 	case resp.StatusCode >= 400:
 		return "", consumer.Permanent(fmt.Errorf("charging: provider refused: %s", resp.Status))
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.ChargeID == "" {
-		return "", fmt.Errorf("charging: reading the answer: %v", err)
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", fmt.Errorf("charging: reading the answer: %w", err)
+	}
+	if out.ChargeID == "" {
+		return "", errors.New("charging: the answer has no charge id")
 	}
 	return out.ChargeID, nil
 }

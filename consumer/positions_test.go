@@ -61,9 +61,8 @@ func TestStartLatestCommitsStartOffset(t *testing.T) {
 	waitReady(t, a.c)
 	// The reader takes its position some time after the assignment: produce
 	// one record at a time until the first batch reaches the database.
-	var first []uuid.UUID
 	for range 50 {
-		first = append(first, produceIDs(t, e, 1)...)
+		produceIDs(t, e, 1)
 		select {
 		case <-fired:
 		case <-time.After(200 * time.Millisecond):

@@ -56,7 +56,7 @@ const (
 const actionApplyApplicationSecret = "ApplyApplicationSecret"
 
 // LabelApplicationSecret marks the application Secrets the operator keeps.
-const LabelApplicationSecret = "kafka.idempotency.dev/application-secret"
+const LabelApplicationSecret = "kafka.idempotency.dev/application-secret" //nolint:gosec // G101: a label's name, not a credential
 
 // applicationSecretData is what the application Secret holds for obj,
 // without the URI. Nothing in it is a credential but the URI, which is why

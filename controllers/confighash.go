@@ -55,7 +55,7 @@ import (
 // once.
 
 // DefaultConfigHashKeySecret is the name of the Secret holding the key.
-const DefaultConfigHashKeySecret = "idempotency-operator-config-hash-key"
+const DefaultConfigHashKeySecret = "idempotency-operator-config-hash-key" //nolint:gosec // G101: a Secret's name, not a credential
 
 // configHashKeyField is the Secret's key holding the HMAC key.
 const configHashKeyField = "key"

@@ -110,7 +110,7 @@ func (a KafkaAdmin) Inspect(ctx context.Context, conn KafkaConnection, topics ..
 			info.Err = t.Error
 		default:
 			info.Exists = true
-			info.Partitions = int32(len(t.Partitions))
+			info.Partitions = int32(len(t.Partitions)) //nolint:gosec // G115: Kafka counts partitions in an int32
 			describe = append(describe, kafka.DescribeConfigRequestResource{
 				ResourceType: kafka.ResourceTypeTopic,
 				ResourceName: t.Name,

@@ -129,7 +129,7 @@ func (r *IdempotentConsumerReconciler) recordPartitions(s *reconcileState, state
 			Summary: state.Window.From.UTC().Format(windowLayout) + "/" + state.Window.To.UTC().Format(windowLayout),
 		}
 	}
-	ps := &kafkav1alpha1.PartitionsStatus{Count: int32(len(state.Partitions))}
+	ps := &kafkav1alpha1.PartitionsStatus{Count: int32(len(state.Partitions))} //nolint:gosec // G115: PostgreSQL allows far fewer partitions
 	if n := len(state.Partitions); n > 0 {
 		ps.Oldest, ps.Newest = state.Partitions[0].Name, state.Partitions[n-1].Name
 	}

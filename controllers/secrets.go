@@ -174,7 +174,7 @@ func kafkaSecretRefs(obj *kafkav1alpha1.IdempotentConsumer) []kafkav1alpha1.Secr
 	return refs
 }
 
-const secretRefIndex = "spec.secretRefs"
+const secretRefIndex = "spec.secretRefs" //nolint:gosec // G101: an index's name, not a credential
 
 // indexSecretRefs lists the names of the Secrets an object references.
 func indexSecretRefs(o client.Object) []string {

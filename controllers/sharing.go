@@ -165,10 +165,10 @@ func (r *IdempotentConsumerReconciler) reconcileSharing(ctx context.Context, s *
 	}
 	premake, retention := dedup.EffectivePolicy(users, obj.Premake(), obj.Retention())
 	s.shared = &sharedPolicy{premake: premake, retention: retention}
-	st := &kafkav1alpha1.SharedTableStatus{EffectiveRetention: retention.String(), EffectivePremake: int32(premake)}
+	st := &kafkav1alpha1.SharedTableStatus{EffectiveRetention: retention.String(), EffectivePremake: int32(premake)} //nolint:gosec // G115: premake is at most 90 (CRD), and so is every user's
 	for _, u := range users {
 		st.Users = append(st.Users, kafkav1alpha1.SharedTableUser{
-			Object: u.Object, ConsumerGroup: u.Group, Retention: u.Retention.String(), Premake: int32(u.Premake),
+			Object: u.Object, ConsumerGroup: u.Group, Retention: u.Retention.String(), Premake: int32(u.Premake), //nolint:gosec // G115: at most 90 (CRD)
 		})
 	}
 	obj.Status.SharedTable = st

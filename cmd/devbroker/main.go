@@ -61,7 +61,7 @@ func run() error {
 		kfake.GroupMinSessionTimeout(*minSess),
 	}
 	if *dataDir != "" {
-		if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+		if err := os.MkdirAll(*dataDir, 0o750); err != nil {
 			return fmt.Errorf("creating -data-dir: %w", err)
 		}
 		opts = append(opts, kfake.DataDir(*dataDir), kfake.SyncWrites())
@@ -83,7 +83,7 @@ func run() error {
 		}
 	}
 	if *addrOut != "" {
-		if err := os.WriteFile(*addrOut, []byte(strings.Join(addrs, ",")+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(*addrOut, []byte(strings.Join(addrs, ",")+"\n"), 0o600); err != nil {
 			return fmt.Errorf("writing -addr-file: %w", err)
 		}
 	}

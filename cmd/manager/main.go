@@ -159,6 +159,9 @@ func parseFlags() (*config, error) {
 	if cfg.printVersion {
 		return cfg, nil
 	}
+	if maxConns < 1 || maxConns > math.MaxInt32 {
+		return nil, fmt.Errorf("--database-max-conns=%d: must be from 1 to %d", maxConns, math.MaxInt32)
+	}
 	cfg.pool.MaxConns = int32(maxConns)
 	var err error
 	if cfg.watchNamespaces, err = controllers.ParseWatchNamespaces(watchNamespacesFlag); err != nil {

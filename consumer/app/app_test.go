@@ -99,6 +99,9 @@ func TestParseErrorsNameTheSetting(t *testing.T) {
 		}, "CONSUMER_ORDERING"},
 		{func(m map[string]string) { m[envvars.MaxInFlight] = "0" }, "CONSUMER_MAX_IN_FLIGHT"},
 		{func(m map[string]string) { m[envvars.MaxInFlight] = "many" }, "CONSUMER_MAX_IN_FLIGHT"},
+		// 2^32+1 wrapped to 1 connection when it was converted to int32.
+		{func(m map[string]string) { m[envvars.DatabaseMaxConns] = "4294967297" }, "CONSUMER_DATABASE_MAX_CONNS"},
+		{func(m map[string]string) { m[envvars.DatabaseMaxConns] = "2147483648" }, "CONSUMER_DATABASE_MAX_CONNS"},
 	}
 	for _, tt := range tests {
 		m := base()

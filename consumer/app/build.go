@@ -79,7 +79,7 @@ func buildKafka(v *values, c *consumer.Config) {
 // policy settings.
 func buildProcessing(v *values, c *consumer.Config) {
 	c.DatabaseURL = v.m[ev.DatabaseURL]
-	c.DatabaseMaxConns = int32(v.int(ev.DatabaseMaxConns))
+	c.DatabaseMaxConns = v.int32(ev.DatabaseMaxConns)
 	scope := dedup.Scope(v.str(ev.DedupScope))
 	switch strings.ToLower(string(scope)) {
 	case "consumergroup":

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -168,6 +169,17 @@ func (v *values) int(env string) int {
 		v.fail(env, "%q is not an integer", s)
 	}
 	return n
+}
+
+// int32 is int for a setting the runtime keeps in an int32: a value out of
+// its range is an error, not a wrapped number.
+func (v *values) int32(env string) int32 {
+	s := v.m[env]
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil {
+		v.fail(env, "%q is not an integer from 1 to %d", s, math.MaxInt32)
+	}
+	return int32(n)
 }
 
 func (v *values) bool(env string) bool {

@@ -143,7 +143,7 @@ func TestClaimOneAgreesWithBatch(t *testing.T) {
 				want := verdict(batch, func(tx pgx.Tx) (string, error) {
 					vs, err := claimIDs(ctx, tx, batch, "g", id)
 					if err != nil || len(vs) != 1 {
-						return "", fmt.Errorf("batch: %v %v", vs, err)
+						return "", fmt.Errorf("batch: verdicts %v: %w", vs, err)
 					}
 					return vs[0], nil
 				})

@@ -57,8 +57,8 @@ func (e *Engine) lockIdent() string {
 // anyone.
 func (e *Engine) legacyLockKey() int64 {
 	h := fnv.New64a()
-	h.Write([]byte("idempotency.dev/dedup\x00" + e.table.Schema + "\x00" + e.table.Name))
-	return int64(h.Sum64())
+	_, _ = h.Write([]byte("idempotency.dev/dedup\x00" + e.table.Schema + "\x00" + e.table.Name))
+	return int64(h.Sum64()) //nolint:gosec // G115: the hash's 64 bits reinterpreted as a bigint lock key; wrapping is intended
 }
 
 // lockKey returns the table's advisory lock key: read from the lock table,
@@ -177,7 +177,7 @@ REVOKE ALL ON TABLE %s FROM PUBLIC`, e.lockIdent(), pgx.Identifier{e.lockName() 
 	}
 	qctx, cancel = e.bounded(ctx)
 	defer cancel()
-	if _, err := conn.Exec(qctx, "INSERT INTO "+e.lockIdent()+" (key) VALUES ($1) ON CONFLICT DO NOTHING", int64(binary.BigEndian.Uint64(b[:]))); err != nil {
+	if _, err := conn.Exec(qctx, "INSERT INTO "+e.lockIdent()+" (key) VALUES ($1) ON CONFLICT DO NOTHING", int64(binary.BigEndian.Uint64(b[:]))); err != nil { //nolint:gosec // G115: 64 random bits reinterpreted as a bigint; wrapping is intended
 		return false, fmt.Errorf("storing the lock key in %s: %w", e.lockName(), err)
 	}
 	return true, nil
@@ -219,7 +219,7 @@ SELECT pg_catalog.format('pid %s (role %s, application %s)', l.pid, coalesce(a.u
    AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
    AND l.classid OPERATOR(pg_catalog.=) $1::pg_catalog.oid AND l.objid OPERATOR(pg_catalog.=) $2::pg_catalog.oid
    AND l.objsubid OPERATOR(pg_catalog.=) 1::pg_catalog.int2
- ORDER BY l.pid`, uint32(uint64(key)>>32), uint32(uint64(key)))
+ ORDER BY l.pid`, uint32(uint64(key)>>32), uint32(uint64(key))) //nolint:gosec // G115: the key's two halves, as pg_locks shows them
 	var holders []string
 	if err == nil {
 		holders, err = pgx.CollectRows(rows, pgx.RowTo[string])

@@ -18,7 +18,7 @@ const policyPrefix = "idempotency_consumer_"
 // definition says whom it is for (pg_policies).
 func policyName(role, group string) string {
 	h := fnv.New64a()
-	h.Write([]byte(role + "\x00" + group))
+	_, _ = h.Write([]byte(role + "\x00" + group)) // a hash.Hash never returns an error
 	return fmt.Sprintf("%s%016x", policyPrefix, h.Sum64())
 }
 

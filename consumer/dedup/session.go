@@ -205,7 +205,7 @@ func (e *Engine) sleep(ctx context.Context, attempt int) error {
 		d = e.cfg.maxBackoff
 	}
 	if d > 0 {
-		d = d/2 + rand.N(d/2+1)
+		d = d/2 + rand.N(d/2+1) //nolint:gosec // G404: jitter, not a secret
 	}
 	select {
 	case <-ctx.Done():

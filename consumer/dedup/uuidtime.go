@@ -37,7 +37,7 @@ func BoundaryUUID(t time.Time) uuid.UUID {
 func EventTime(id uuid.UUID) time.Time {
 	var b [8]byte
 	copy(b[2:], id[:6])
-	return time.UnixMilli(int64(binary.BigEndian.Uint64(b[:]))).UTC()
+	return time.UnixMilli(int64(binary.BigEndian.Uint64(b[:]))).UTC() //nolint:gosec // G115: 48 bits, always within int64
 }
 
 // isBoundary reports whether u is a BoundaryUUID (its low 80 bits are zero).

@@ -27,7 +27,7 @@ const (
 	TLSInsecureSkipVerify  = "CONSUMER_TLS_INSECURE_SKIP_VERIFY"
 	SASLMechanism          = "CONSUMER_SASL_MECHANISM" // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
 	SASLUsername           = "CONSUMER_SASL_USERNAME"
-	SASLPassword           = "CONSUMER_SASL_PASSWORD" // secret
+	SASLPassword           = "CONSUMER_SASL_PASSWORD" //nolint:gosec // G101: the variable's name (a secret's), not a credential
 	DatabaseURL            = "CONSUMER_DATABASE_URL"  // secret; postgres:// URL or key=value DSN (required)
 	DatabaseURLFallback    = "DATABASE_URL"           // read when CONSUMER_DATABASE_URL is unset
 	DatabaseMaxConns       = "CONSUMER_DATABASE_MAX_CONNS"

@@ -35,7 +35,7 @@ SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 			// Keep it unique and within the limit instead of letting the
 			// server truncate it.
 			h := fnv.New32a()
-			h.Write([]byte(n))
+			_, _ = h.Write([]byte(n)) // a hash.Hash never returns an error
 			suffix := fmt.Sprintf("_%08x", h.Sum32())
 			to = to[:dedup.MaxIdentifierLen-len(suffix)] + suffix
 		}

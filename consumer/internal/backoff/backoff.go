@@ -30,7 +30,7 @@ func (b *Backoff) Next() time.Duration {
 		return 0
 	}
 	half := b.cur / 2
-	return half + rand.N(half+1)
+	return half + rand.N(half+1) //nolint:gosec // G404: jitter, not a secret
 }
 
 // Reset starts over from the initial pause.
@@ -51,7 +51,7 @@ func At(initial, max time.Duration, n int) time.Duration {
 		return 0
 	}
 	half := cur / 2
-	return half + rand.N(half+1)
+	return half + rand.N(half+1) //nolint:gosec // G404: jitter, not a secret
 }
 
 // Sleep waits d or until ctx is done; it reports whether d elapsed.

@@ -115,7 +115,7 @@ func recordSize(m kafka.Message) int64 {
 
 // varintLen is the size of n as a zig-zag varint.
 func varintLen(n int) int {
-	u := uint64(n) << 1 // n >= 0
+	u := uint64(n) << 1 //nolint:gosec // G115: n is a length, >= 0
 	size := 1
 	for u >= 0x80 {
 		u >>= 7

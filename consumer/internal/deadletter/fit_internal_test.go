@@ -65,7 +65,7 @@ func TestBatchFitsLimit(t *testing.T) {
 			m := cases[i%len(cases)]
 			hs := make([]protocol.Header, len(m.Headers))
 			for j, h := range m.Headers {
-				hs[j] = protocol.Header{Key: h.Key, Value: h.Value}
+				hs[j] = protocol.Header(h)
 			}
 			records[i] = protocol.Record{Key: protocol.NewBytes(m.Key), Value: protocol.NewBytes(m.Value), Headers: hs}
 			bound += recordSize(m)

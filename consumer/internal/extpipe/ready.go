@@ -85,7 +85,7 @@ func (p *partSession) settle(r *entry, failed bool) callOutcome {
 	for {
 		if failed {
 			r.claim, r.owner = cl.takeOver(id, r, p, r.claim)
-			tookOver, failed = r.owner, false
+			tookOver = r.owner
 			if !r.owner && r.claim.part != p {
 				r.claim.want() // rare: no need to wait for BatchWait
 			}

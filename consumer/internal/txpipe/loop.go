@@ -76,7 +76,7 @@ func (w *batcher) collect() ([]kafka.Message, error) {
 		m, err := w.Reader.FetchMessage(ctx)
 		cancel()
 		if err == nil {
-			first, ok = m, true
+			first = m
 			break
 		}
 		if w.GenCtx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
