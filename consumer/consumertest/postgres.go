@@ -115,7 +115,7 @@ func (pg *Postgres) initdb() error {
 	if err := pg.chown(pwfile); err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(pg.bindir, "initdb"),
+	cmd := exec.Command(filepath.Join(pg.bindir, "initdb"), //nolint:gosec // G204: the PostgreSQL binaries the harness found on this machine
 		"-D", pg.dataDir(), "-U", "postgres", "--pwfile="+pwfile,
 		"--auth=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-instructions")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pg.cred}
@@ -143,7 +143,7 @@ func (pg *Postgres) Start() error {
 		pg.port = p
 	}
 	pg.logPath = filepath.Join(pg.dir, "postgres.log")
-	logf, err := os.OpenFile(pg.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(pg.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644) //nolint:gosec // G302: the throwaway cluster's log, read by the developer
 	if err != nil {
 		return fmt.Errorf("opening server log: %w", err)
 	}
@@ -157,7 +157,7 @@ func (pg *Postgres) Start() error {
 		"-c", "log_min_messages=warning",
 		"-c", "max_locks_per_transaction=256",
 	}
-	cmd := exec.Command(filepath.Join(pg.bindir, "postgres"), append(args, pg.settings...)...)
+	cmd := exec.Command(filepath.Join(pg.bindir, "postgres"), append(args, pg.settings...)...) //nolint:gosec // G204: the PostgreSQL binaries the harness found on this machine
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group so a Ctrl-C of the test run doesn't race our shutdown,
 	// and Pdeathsig so the server dies with a test binary that is killed.
@@ -324,7 +324,7 @@ func (pg *Postgres) chown(path string) error {
 	if pg.cred == nil {
 		return nil
 	}
-	if err := os.Chown(path, int(pg.cred.Uid), int(pg.cred.Gid)); err != nil {
+	if err := os.Chown(path, int(pg.cred.Uid), int(pg.cred.Gid)); err != nil { //nolint:gosec // G703: a path inside the harness's own temporary directory
 		return fmt.Errorf("handing %s to the server user: %w", path, err)
 	}
 	return nil

@@ -58,7 +58,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	defer cl.Run()
 	h := &harness{
 		o:    o,
-		rng:  mrand.New(mrand.NewPCG(o.Seed, o.Seed^0x5851f42d4c957f2d)),
+		rng:  mrand.New(mrand.NewPCG(o.Seed, o.Seed^0x5851f42d4c957f2d)), //nolint:gosec // G404: a seeded workload, reproducible on purpose
 		step: localstack.Steps(progress, "chaos"),
 		cl:   &cl,
 	}
@@ -250,7 +250,7 @@ func (h *harness) produce(ctx context.Context, plainSeed, txnSeed uint64) (*txnL
 		err = txnErr
 	}
 	if err == nil {
-		err = writeSentinels(ctx, h.o, h.brokers, h.clock, mrand.New(mrand.NewPCG(plainSeed, 13)))
+		err = writeSentinels(ctx, h.o, h.brokers, h.clock, mrand.New(mrand.NewPCG(plainSeed, 13))) //nolint:gosec // G404: a seeded workload, reproducible on purpose
 	}
 	res.TxnCommitted, res.TxnAborted, res.TxnUnknown = txns.txns[txnCommitted], txns.txns[txnAborted], txns.txns[txnUnknown]
 	h.step("produced %d plain messages and %d transactions (%d committed, %d aborted, %d unknown); waiting for the chaos schedule to finish",

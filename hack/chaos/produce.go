@@ -29,7 +29,7 @@ type chaosEvent struct {
 // Writes are retried until they succeed, across broker restarts; a retried
 // batch may land twice, which is just more duplicates.
 func produce(ctx context.Context, o Options, seed uint64, brokers []string, clock simClock, res *Result) error {
-	rng := mrand.New(mrand.NewPCG(seed, 7))
+	rng := mrand.New(mrand.NewPCG(seed, 7)) //nolint:gosec // G404: a seeded workload, reproducible on purpose
 	w := consumertest.NewWriter(brokers, topic)
 	w.MaxAttempts = 3
 	defer w.Close()
@@ -107,11 +107,11 @@ func malformed(rng *mrand.Rand) []byte {
 func newV7At(t time.Time, rng *mrand.Rand) uuid.UUID {
 	var u uuid.UUID
 	for i := range u {
-		u[i] = byte(rng.Uint32())
+		u[i] = byte(rng.Uint32()) //nolint:gosec // G115: the low byte, truncation intended
 	}
 	ms := uint64(t.UnixMilli())
 	for i := range 6 {
-		u[i] = byte(ms >> (8 * (5 - i)))
+		u[i] = byte(ms >> (8 * (5 - i))) //nolint:gosec // G115: one byte of the timestamp, truncation intended
 	}
 	u[6] = (u[6] & 0x0f) | 0x70
 	u[8] = (u[8] & 0x3f) | 0x80

@@ -61,7 +61,7 @@ func startProvider(seed uint64, delay time.Duration, dropShare float64, faults p
 		return nil, fmt.Errorf("listening for the HTTP provider: %w", err)
 	}
 	p := &provider{delay: delay, dropShare: dropShare, faults: faults, ln: ln,
-		rng: mrand.New(mrand.NewPCG(seed, 17)), counts: map[string]int{}, inProgress: map[string]bool{}}
+		rng: mrand.New(mrand.NewPCG(seed, 17)), counts: map[string]int{}, inProgress: map[string]bool{}} //nolint:gosec // G404: a seeded fault schedule, reproducible on purpose
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
 	return p, nil

@@ -55,7 +55,7 @@ func produceTxns(ctx context.Context, o Options, seed uint64, brokers []string, 
 	if total == 0 {
 		return nil
 	}
-	rng := mrand.New(mrand.NewPCG(seed, 11))
+	rng := mrand.New(mrand.NewPCG(seed, 11)) //nolint:gosec // G404: a seeded workload, reproducible on purpose
 	newClient := func() (*kgo.Client, error) {
 		return kgo.NewClient(
 			kgo.SeedBrokers(brokers...),
@@ -78,7 +78,7 @@ func produceTxns(ctx context.Context, o Options, seed uint64, brokers []string, 
 		recs := make([]*kgo.Record, n)
 		for i := range ids {
 			ids[i] = newV7At(clock.now(), rng)
-			recs[i] = &kgo.Record{Partition: int32(rng.IntN(o.Partitions)), Key: []byte(ids[i].String()), Value: encode(ids[i])}
+			recs[i] = &kgo.Record{Partition: int32(rng.IntN(o.Partitions)), Key: []byte(ids[i].String()), Value: encode(ids[i])} //nolint:gosec // G115: a partition number, below o.Partitions
 		}
 		outcome, err := runTxn(ctx, cl, recs, abort)
 		log.record(ids, outcome)

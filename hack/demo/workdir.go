@@ -58,7 +58,7 @@ func makeWorkDir() (dir string, restore func(), err error) {
 	}
 	// PostgreSQL runs as another user when the demo runs as root: it must be
 	// able to reach its cluster directory inside, not to list this one.
-	if err := os.Chmod(dir, 0o711); err != nil {
+	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // G302: a directory: the postgres user must traverse it to its own data directory
 		f.Close()
 		return fail(err)
 	}

@@ -34,7 +34,7 @@ import (
 // ControlPlaneAssets runs hack/envtest.sh: the cached kube-apiserver and etcd,
 // built from source on first use.
 func ControlPlaneAssets(ctx context.Context, root string, progress io.Writer) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "envtest.sh"))
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "envtest.sh")) //nolint:gosec // G204: this repository's own script
 	cmd.Dir = root
 	cmd.Stderr = progress
 	out, err := cmd.Output()
@@ -229,7 +229,7 @@ func ReportLocalRollout(ctx context.Context, k8s client.Client, dep *appsv1.Depl
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(dep), cur); err != nil {
 		return err
 	}
-	n := int32(len(consumers))
+	n := int32(len(consumers)) //nolint:gosec // G115: a handful of test consumers
 	cur.Status = appsv1.DeploymentStatus{
 		ObservedGeneration: cur.Generation,
 		Replicas:           n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,

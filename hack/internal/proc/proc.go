@@ -47,7 +47,7 @@ func Start(name string, o Options, bin string, args ...string) (*Process, error)
 	if o.AppendLog {
 		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
 	}
-	logf, err := os.OpenFile(logPath, flags, 0o644)
+	logf, err := os.OpenFile(logPath, flags, 0o644) //nolint:gosec // G302: a development process's log, read by the developer
 	if err != nil {
 		return nil, err
 	}
