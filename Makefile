@@ -100,6 +100,13 @@ lint-workflows: ## Lint .github/workflows with actionlint (pinned in hack/tools/
 	@bin="$$(hack/tool.sh actionlint)" || { echo "lint-workflows: actionlint could not be built (is the Go module cache warm?)" >&2; exit 1; }; \
 	"$$bin" -shellcheck= -pyflakes= -no-color .github/workflows/*.yml && echo "lint-workflows: $$(ls .github/workflows/*.yml | wc -l) workflow(s) pass actionlint"
 
+.PHONY: test-docs
+test-docs: ## Run the docs as tests: getting-started.md and README.md's example on a local stack, and the docs' tables against the code (part of make test).
+	@assets="$$(hack/envtest.sh)"; \
+	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -run 'TestGettingStartedRuns' ./hack/demo/ && \
+	go test $(GO_TEST_FLAGS) ./hack/docscheck/ && \
+	go test $(GO_TEST_FLAGS) -run 'TestMetricsTableMatchesTheCode' ./consumer/
+
 .PHONY: test
 test: fmt vet verify-tidy verify-generated lint lint-workflows ## Run all tests: unit, PostgreSQL, Kafka and envtest integration, e2e.
 	@assets="$$(hack/envtest.sh)"; \

@@ -35,7 +35,9 @@ if [[ "$api_ver" != "$staging_ver" || "v1${api_ver#v0}" != "$kube_ver" ]]; then
 	exit 1
 fi
 
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/idempotent-consumer-operator/envtest/kubernetes-${kube_ver}-etcd-${etcd_ver}-$(go env GOOS)-$(go env GOARCH)"
+# "-v2": built with the release's version stamped in (below); a cache from
+# before says v0.0.0-master+$Format:%H$, which kubectl version cannot parse.
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/idempotent-consumer-operator/envtest/kubernetes-${kube_ver}-etcd-${etcd_ver}-$(go env GOOS)-$(go env GOARCH)-v2"
 if have_all "$cache"; then
 	echo "$cache"
 	exit 0
@@ -44,6 +46,17 @@ fi
 mkdir -p "$cache"
 tmp="$(mktemp -d "$cache.tmp.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
+# version_ldflags stamps the Kubernetes release into kube-apiserver and kubectl
+# as the release build does (hack/lib/version.sh upstream), so that
+# `kubectl version` against the local API server reports and parses it.
+version_ldflags() {
+	local minor="${kube_ver#v1.}"
+	minor="${minor%%.*}"
+	local p
+	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		printf ' -X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean' "$p" "$kube_ver" "$p" "$p" "$minor" "$p"
+	done
+}
 build() {
 	local name="$1" pkg="$2" start=$SECONDS
 	echo "envtest: building $name ($pkg) into $cache ..." >&2
@@ -52,7 +65,7 @@ build() {
 	# go build -v names each package as it compiles it (cached ones are not
 	# named); count them so a first build shows it is moving. Other lines
 	# (errors) pass through.
-	(cd "$mod" && CGO_ENABLED=0 go build -v -trimpath -ldflags=-s -o "$tmp/$name" "$pkg" 2>&1) |
+	(cd "$mod" && CGO_ENABLED=0 go build -v -trimpath -ldflags="-s $(version_ldflags)" -o "$tmp/$name" "$pkg" 2>&1) |
 		while IFS= read -r line; do
 			if [[ "$line" =~ ^[^\ :]+$ ]]; then
 				n=$((n + 1))

@@ -140,7 +140,6 @@ const (
 	// ConsumerReady.
 	ReasonDeploymentAvailable   = "DeploymentAvailable"
 	ReasonDeploymentProgressing = "DeploymentProgressing"
-	ReasonDeploymentUnavailable = "DeploymentUnavailable"
 	ReasonDeploymentFailed      = "DeploymentFailed"
 	ReasonScaledToZero          = "ScaledToZero"
 	ReasonDeploymentConflict    = "DeploymentNotOwned"

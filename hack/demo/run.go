@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,6 +46,7 @@ type system struct {
 	brokers []string
 
 	kubeconfig string
+	kubectl    string // the control plane's kubectl
 	k8s        client.Client
 	mgr        *proc.Process // the operator
 }
@@ -138,6 +140,7 @@ func (s *system) startOperator(assets string) error {
 		return err
 	}
 	s.kubeconfig = filepath.Join(s.work, "kubeconfig")
+	s.kubectl = filepath.Join(assets, "kubectl")
 	env, err := localstack.StartControlPlane(assets, crds, s.kubeconfig)
 	if err != nil {
 		return err
@@ -210,8 +213,7 @@ func (s *system) runSample(ctx context.Context) (*Report, error) {
 	rep.LogsChecked, rep.SecretLeaks = leaks.Checked, leaks.Files
 	if opts.Hold {
 		rep.Print(os.Stdout)
-		s.step("holding; press Ctrl-C to stop (kubeconfig: %s)", s.kubeconfig)
-		<-ctx.Done()
+		s.hold(ctx, consumers)
 	}
 	return rep, nil
 }
@@ -263,4 +265,32 @@ func (s *system) startConsumers(ctx context.Context, ic *unstructured.Unstructur
 		return nil, err
 	}
 	return consumers, nil
+}
+
+// hold keeps everything running until ctx ends (Ctrl-C), with a local
+// kubelet for the consumer Deployments of objects added by hand, and says
+// how to reach each part.
+func (s *system) hold(ctx context.Context, sample []*localstack.Consumer) {
+	sampleDeps := map[types.NamespacedName]bool{}
+	for _, c := range sample {
+		// Local replicas are named <deployment>-local-<n>.
+		if i := strings.LastIndex(c.Name, "-local-"); i > 0 {
+			sampleDeps[types.NamespacedName{Namespace: demoNamespace, Name: c.Name[:i]}] = true
+		}
+	}
+	k := &localstack.Kubelet{
+		K8s: s.k8s, Binary: filepath.Join(s.bin, "consumer"), Work: s.work, Verbose: s.verbose, Log: s.step,
+		Skip: func(key types.NamespacedName) bool { return sampleDeps[key] },
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); k.Run(ctx) }()
+	s.step("holding; press Ctrl-C to stop. Everything is local and throwaway:\n"+
+		"  kubectl:    %s --kubeconfig %s\n"+
+		"  PostgreSQL: %s\n"+
+		"  Kafka:      %s (create a topic and its .dlq before an object uses them: this broker creates none)\n"+
+		"  An IdempotentConsumer you apply gets its table, partitions and consumer Deployment from the operator;\n"+
+		"  the demo runs that Deployment's replicas as local processes (logs in %s), as a kubelet would.",
+		s.kubectl, s.kubeconfig, s.dbURL, strings.Join(s.brokers, ","), s.work)
+	<-ctx.Done()
+	<-done
 }
