@@ -116,8 +116,9 @@ type Config struct {
 
 	// BatchSize is the most events per partition per transaction; default 500.
 	BatchSize int
-	// BatchWait is how long a batch waits to fill after its first event;
-	// default 200ms.
+	// BatchWait is the longest a batch waits to fill after its first event
+	// while events keep arriving (a batch closes as soon as none follows
+	// within 2ms, so a lone event is not delayed); default 200ms.
 	BatchWait time.Duration
 
 	// MemoryBudget bounds, in bytes, the records the process holds across all

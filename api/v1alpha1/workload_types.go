@@ -217,8 +217,9 @@ type BatchSpec struct {
 	// +kubebuilder:validation:Maximum=100000
 	MaxMessages int32 `json:"maxMessages,omitempty"`
 
-	// maxWait is how long a batch waits to fill before it is processed.
-	// Default 200ms.
+	// maxWait is the longest a batch waits to fill after its first record
+	// while records keep arriving; a batch also closes as soon as no record
+	// follows within 2ms, so a lone event is not delayed. Default 200ms.
 	// +optional
 	// +kubebuilder:default="200ms"
 	// +kubebuilder:validation:Type=string
