@@ -291,9 +291,18 @@ func TestMonitoringSelectsTheMetricsService(t *testing.T) {
 func TestSamples(t *testing.T) {
 	objs := build(t, "samples")
 	names := map[string]*kafkav1alpha1.IdempotentConsumer{}
+	var replays []*kafkav1alpha1.DeadLetterReplay
 	for _, o := range objs {
+		if o.GetKind() == "DeadLetterReplay" {
+			replays = append(replays, typed(t, o, &kafkav1alpha1.DeadLetterReplay{}))
+			continue
+		}
 		ic := typed(t, o, &kafkav1alpha1.IdempotentConsumer{})
 		names[ic.Name] = ic
+	}
+	// The replay sample is a dry run of a sample consumer's dead letters.
+	if len(replays) != 1 || names[replays[0].Spec.ConsumerRef.Name] == nil || replays[0].Spec.Mode != kafkav1alpha1.ReplayDryRun {
+		t.Errorf("want one DeadLetterReplay sample, a DryRun naming a sample consumer; got %d: %+v", len(replays), replays)
 	}
 	billing, ledger := names["billing"], names["ledger"]
 	if billing == nil || ledger == nil {
