@@ -137,7 +137,9 @@ func (r *DeadLetterReplayReconciler) replaysOfConsumer(ctx context.Context, o cl
 
 // replayState is what one Reconcile observed.
 type replayState struct {
-	obj  *kafkav1alpha1.DeadLetterReplay
+	obj *kafkav1alpha1.DeadLetterReplay
+	// orig is obj as last read or written, for the status patch.
+	orig *kafkav1alpha1.DeadLetterReplay
 	mode kafkav1alpha1.ReplayMode
 	now  time.Time
 	// ready, progressing, stalled: at most one is set; it becomes the
@@ -156,15 +158,14 @@ func (r *DeadLetterReplayReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		return ctrl.Result{}, nil // the garbage collector deletes the Jobs and their pods
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("deadLetterReplay", klog.KObj(obj)))
-	orig := obj.DeepCopy()
-	s := &replayState{obj: obj, mode: cmp.Or(obj.Spec.Mode, kafkav1alpha1.ReplayDryRun), now: r.Clock.Now()}
+	s := &replayState{obj: obj, orig: obj.DeepCopy(), mode: cmp.Or(obj.Spec.Mode, kafkav1alpha1.ReplayDryRun), now: r.Clock.Now()}
 	obj.Status.ReplayID = string(obj.UID)
 
 	if err := r.reconcileJob(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.summarizeReplay(s)
-	return ctrl.Result{}, r.patchReplayStatus(ctx, orig, obj)
+	return ctrl.Result{}, r.patchReplayStatus(ctx, s.orig, obj)
 }
 
 // reconcileJob finds or creates the Job of the current mode and follows it.
@@ -247,11 +248,11 @@ func (r *DeadLetterReplayReconciler) startJob(ctx context.Context, s *replayStat
 		// Fixed before the first Job exists and never changed: the dry
 		// run and the apply select the same dead letters. Whole seconds,
 		// as the API stores it.
-		orig := obj.DeepCopy()
 		obj.Status.Cutoff = &metav1.Time{Time: s.now.UTC().Truncate(time.Second)}
-		if err := r.patchReplayStatus(ctx, orig, obj); err != nil {
+		if err := r.patchReplayStatus(ctx, s.orig, obj); err != nil {
 			return err
 		}
+		s.orig = obj.DeepCopy() // the patch refreshed obj: the final write diffs from it
 	}
 	job, err := objects.ReplayJob(obj, ic, s.mode, r.ConsumerImage)
 	if err != nil {

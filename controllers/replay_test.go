@@ -32,8 +32,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
@@ -218,6 +220,27 @@ func (te *testEnv) updateReplay(t testing.TB, ns, name string, mutate func(*kafk
 	return fmt.Errorf("update of %s/%s kept conflicting", ns, name)
 }
 
+// checkReplayVerdict: kstatus (Flux, kubectl wait) and the Argo CD health
+// check of docs/gitops.md read the replay's status as want.
+func (te *testEnv) checkReplayVerdict(t testing.TB, ns, name string, want status.Status) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(kafkav1alpha1.GroupVersion.WithKind("DeadLetterReplay"))
+	if err := te.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, u); err != nil {
+		t.Fatal(err)
+	}
+	res, err := status.Compute(u)
+	if err != nil {
+		t.Fatalf("kstatus.Compute: %v", err)
+	}
+	if res.Status != want {
+		t.Errorf("%s: kstatus %s (%s), want %s", name, res.Status, res.Message, want)
+	}
+	if health, msg := argoHealth(t, u.Object); health != argoFor[want] {
+		t.Errorf("%s: the Argo CD health check says %s (%s), want %s", name, health, msg, argoFor[want])
+	}
+}
+
 func (te *testEnv) replayEvents(t testing.TB, ns, name string) []string {
 	t.Helper()
 	var reasons []string
@@ -275,6 +298,7 @@ func TestDeadLetterReplay_Lifecycle(t *testing.T) {
 	if c := conditionOf(d, kafkav1alpha1.ConditionReconciling); c.Status != metav1.ConditionTrue {
 		t.Errorf("while the dry run runs, Reconciling = %+v, want True", c)
 	}
+	te.checkReplayVerdict(t, ns, "fix-1", status.InProgressStatus)
 	if d.Spec.Mode != kafkav1alpha1.ReplayDryRun {
 		t.Errorf("spec.mode defaulted to %q, want DryRun", d.Spec.Mode)
 	}
@@ -355,6 +379,7 @@ func TestDeadLetterReplay_Lifecycle(t *testing.T) {
 		meta.FindStatusCondition(d.Status.Conditions, kafkav1alpha1.ConditionReconciling) != nil || d.Status.CompletionTime == nil {
 		t.Errorf("after the dry run: %s; byReason %v", replaySummary(d), d.Status.ByReason)
 	}
+	te.checkReplayVerdict(t, ns, "fix-1", status.CurrentStatus)
 	cutoff := d.Status.Cutoff.DeepCopy()
 
 	// Apply with another selection: refused. With the same: accepted.
@@ -403,6 +428,7 @@ func TestDeadLetterReplay_Lifecycle(t *testing.T) {
 		meta.FindStatusCondition(d.Status.Conditions, kafkav1alpha1.ConditionStalled) != nil {
 		t.Errorf("after the apply: %s, want counts %+v", replaySummary(d), wantCounts)
 	}
+	te.checkReplayVerdict(t, ns, "fix-1", status.CurrentStatus)
 	evs := te.replayEvents(t, ns, "fix-1")
 	for _, r := range []string{ReasonReplayJobCreated, kafkav1alpha1.ReasonDryRunComplete, kafkav1alpha1.ReasonReplaySucceeded} {
 		if !slices.Contains(evs, r) {
@@ -446,6 +472,7 @@ func TestDeadLetterReplay_Refusals(t *testing.T) {
 		if c.Status != metav1.ConditionTrue || c.Reason != reason || !strings.Contains(c.Message, mention) {
 			t.Errorf("%s: Stalled = %+v, want True/%s mentioning %q", name, c, reason, mention)
 		}
+		te.checkReplayVerdict(t, ns, name, status.FailedStatus)
 		var jobs batchv1.JobList
 		if err := te.c.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{objects.LabelReplay: name}); err != nil {
 			t.Fatal(err)
@@ -499,4 +526,5 @@ func TestDeadLetterReplay_Refusals(t *testing.T) {
 		d.Status.Counts.Applied != 4 {
 		t.Errorf("after the Job failed: %s", replaySummary(d))
 	}
+	te.checkReplayVerdict(t, ns, "custom", status.FailedStatus)
 }
