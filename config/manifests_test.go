@@ -240,12 +240,15 @@ func TestDefaultOverlay(t *testing.T) {
 	role := typed(t, find(objs, "ClusterRole", prefix+"manager-role"), &rbacv1.ClusterRole{})
 	allowed := map[string][]string{
 		"/secrets":             {"create", "get", "list", "update", "watch"},
-		"/pods":                {"create"},
+		"/pods":                {"create", "get", "list"}, // create: Pod Security dry runs; get, list: a replay Job's termination message
+		"batch/jobs":           {"create", "get", "list", "watch"},
 		"apps/deployments":     {"create", "delete", "get", "list", "patch", "update", "watch"},
 		"events.k8s.io/events": {"create", "patch"},
 		"kafka.idempotency.dev/idempotentconsumers":            {"get", "list", "patch", "update", "watch"},
 		"kafka.idempotency.dev/idempotentconsumers/status":     {"get", "patch", "update"},
 		"kafka.idempotency.dev/idempotentconsumers/finalizers": {"update"},
+		"kafka.idempotency.dev/deadletterreplays":              {"get", "list", "watch"},
+		"kafka.idempotency.dev/deadletterreplays/status":       {"get", "patch", "update"},
 		"keda.sh/scaledobjects":                                {"create", "delete", "get", "patch"},
 		"keda.sh/triggerauthentications":                       {"create", "delete", "get", "patch"},
 	}

@@ -42,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/consumer/event"
 	"github.com/idempotency-dev/operator/consumer/replay"
 	"github.com/idempotency-dev/operator/controllers/objects"
 )
@@ -86,7 +87,7 @@ type DeadLetterReplayReconciler struct {
 
 // +kubebuilder:rbac:groups=kafka.idempotency.dev,resources=deadletterreplays,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kafka.idempotency.dev,resources=deadletterreplays/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
 
 // SetupWithManager registers the reconciler, its index and its watches.
@@ -254,7 +255,7 @@ func (r *DeadLetterReplayReconciler) startJob(ctx context.Context, s *replayStat
 		}
 		s.orig = obj.DeepCopy() // the patch refreshed obj: the final write diffs from it
 	}
-	job, err := objects.ReplayJob(obj, ic, s.mode, r.ConsumerImage)
+	job, err := replayJob(obj, ic, s.mode, r.ConsumerImage)
 	if err != nil {
 		return fmt.Errorf("building Job %s: %w", name, err)
 	}
@@ -284,6 +285,60 @@ func (r *DeadLetterReplayReconciler) startJob(ctx context.Context, s *replayStat
 	log.FromContext(ctx).Info("Created the replay Job", "job", name, "mode", s.mode)
 	s.progressing = &problem{runningReason(s.mode), fmt.Sprintf("Job %s runs the %s", name, modeNoun(s.mode))}
 	return nil
+}
+
+// replayJob is objects.ReplayJob with the contract of consumer/replay: the
+// subcommand, REPLAY_SPEC and the result file.
+func replayJob(dlr *kafkav1alpha1.DeadLetterReplay, ic *kafkav1alpha1.IdempotentConsumer, mode kafkav1alpha1.ReplayMode, defaultImage string) (*batchv1.Job, error) {
+	spec, err := json.Marshal(replaySpec(dlr, mode))
+	if err != nil {
+		return nil, err
+	}
+	return objects.ReplayJob(dlr, ic, mode, defaultImage, objects.ReplayContainer{
+		Args:       []string{replay.Subcommand},
+		Env:        []corev1.EnvVar{{Name: replay.EnvSpec, Value: string(spec)}},
+		ResultFile: replay.DefaultResultFile,
+	}), nil
+}
+
+// replaySpec is the contract the Job's container reads from REPLAY_SPEC:
+// the DeadLetterReplay's UID as its ID, its mode and selection, and the
+// cutoff in its status.
+func replaySpec(dlr *kafkav1alpha1.DeadLetterReplay, mode kafkav1alpha1.ReplayMode) replay.Spec {
+	sel := dlr.Spec.Selection
+	out := replay.Spec{
+		ID:                  string(dlr.UID),
+		Mode:                replay.Mode(mode),
+		RatePerSecond:       float64(dlr.Spec.RatePerSecond),
+		MaxReplays:          int(dlr.Spec.MaxReplays),
+		ReplayOutsideWindow: dlr.Spec.ReplayOutsideWindow,
+		Selection: replay.Selection{
+			EventIDs: sel.EventIDs,
+			Key:      sel.Key,
+			MaxCount: sel.MaxCount,
+		},
+	}
+	if c := dlr.Status.Cutoff; c != nil {
+		out.Cutoff = c.UTC()
+	}
+	for _, r := range sel.Reasons {
+		out.Selection.Reasons = append(out.Selection.Reasons, event.Reason(r))
+	}
+	toTime := func(t *metav1.Time) *time.Time {
+		if t == nil {
+			return nil
+		}
+		u := t.UTC()
+		return &u
+	}
+	out.Selection.DeadLetteredAfter = toTime(sel.DeadLetteredAfter)
+	out.Selection.DeadLetteredBefore = toTime(sel.DeadLetteredBefore)
+	for _, p := range sel.Partitions {
+		out.Selection.Partitions = append(out.Selection.Partitions, replay.PartitionRange{
+			Partition: int(p.Partition), FromOffset: p.FromOffset, ToOffset: p.ToOffset,
+		})
+	}
+	return out
 }
 
 // canReplay: the consumer's image runs the replay subcommand. The image the

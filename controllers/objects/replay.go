@@ -17,9 +17,7 @@ limitations under the License.
 package objects
 
 import (
-	"encoding/json"
 	"maps"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,8 +25,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
-	"github.com/idempotency-dev/operator/consumer/event"
-	"github.com/idempotency-dev/operator/consumer/replay"
 )
 
 // Labels of a replay's Jobs and pods.
@@ -53,59 +49,28 @@ func ReplayJobName(dlr *kafkav1alpha1.DeadLetterReplay, mode kafkav1alpha1.Repla
 	return dlr.Name + "-dryrun"
 }
 
-// ReplaySpec is the contract the Job's container reads from REPLAY_SPEC:
-// the DeadLetterReplay's UID as its ID, its mode and selection, and the
-// cutoff in its status.
-func ReplaySpec(dlr *kafkav1alpha1.DeadLetterReplay, mode kafkav1alpha1.ReplayMode) replay.Spec {
-	sel := dlr.Spec.Selection
-	out := replay.Spec{
-		ID:                  string(dlr.UID),
-		Mode:                replay.Mode(mode),
-		RatePerSecond:       float64(dlr.Spec.RatePerSecond),
-		MaxReplays:          int(dlr.Spec.MaxReplays),
-		ReplayOutsideWindow: dlr.Spec.ReplayOutsideWindow,
-		Selection: replay.Selection{
-			EventIDs: sel.EventIDs,
-			Key:      sel.Key,
-			MaxCount: sel.MaxCount,
-		},
-	}
-	if c := dlr.Status.Cutoff; c != nil {
-		out.Cutoff = c.UTC()
-	}
-	for _, r := range sel.Reasons {
-		out.Selection.Reasons = append(out.Selection.Reasons, event.Reason(r))
-	}
-	toTime := func(t *metav1.Time) *time.Time {
-		if t == nil {
-			return nil
-		}
-		u := t.UTC()
-		return &u
-	}
-	out.Selection.DeadLetteredAfter = toTime(sel.DeadLetteredAfter)
-	out.Selection.DeadLetteredBefore = toTime(sel.DeadLetteredBefore)
-	for _, p := range sel.Partitions {
-		out.Selection.Partitions = append(out.Selection.Partitions, replay.PartitionRange{
-			Partition: int(p.Partition), FromOffset: p.FromOffset, ToOffset: p.ToOffset,
-		})
-	}
-	return out
+// ReplayContainer is what the replay container adds to the consumer's: the
+// contract of consumer/replay, which the caller spells (this package links
+// nothing of the runtime's beyond its variable names).
+type ReplayContainer struct {
+	// Args is the command line (the replay subcommand).
+	Args []string
+	// Env is appended to the consumer's environment (REPLAY_SPEC).
+	Env []corev1.EnvVar
+	// ResultFile is where the container writes its Result; it becomes the
+	// termination message.
+	ResultFile string
 }
 
 // ReplayJob returns the Job that runs one mode of a DeadLetterReplay of ic:
 // the consumer Deployment's pod spec (image, environment, Secret
 // references, volumes, service account, security context, scheduling),
-// with the replay subcommand, REPLAY_SPEC, no ports or probes, the Result
-// in the termination message, and restartPolicy Never. A failed pod is
+// with rc's arguments and variables, no ports or probes, the result file as
+// the termination message, and restartPolicy Never. A failed pod is
 // replaced up to ReplayBackoffLimit times and resumes. The Job carries a
 // controller owner reference to dlr (which must have a UID), so deleting
 // dlr deletes the Job and its pods. Like Deployment, it is a pure function.
-func ReplayJob(dlr *kafkav1alpha1.DeadLetterReplay, ic *kafkav1alpha1.IdempotentConsumer, mode kafkav1alpha1.ReplayMode, defaultImage string) (*batchv1.Job, error) {
-	specJSON, err := json.Marshal(ReplaySpec(dlr, mode))
-	if err != nil {
-		return nil, err
-	}
+func ReplayJob(dlr *kafkav1alpha1.DeadLetterReplay, ic *kafkav1alpha1.IdempotentConsumer, mode kafkav1alpha1.ReplayMode, defaultImage string, rc ReplayContainer) *batchv1.Job {
 	labels := map[string]string{
 		LabelManagedBy: ManagedByValue,
 		LabelPartOf:    "idempotency-operator",
@@ -134,11 +99,11 @@ func ReplayJob(dlr *kafkav1alpha1.DeadLetterReplay, ic *kafkav1alpha1.Idempotent
 	spec := consumerPodSpec(ic, pt, defaultImage)
 	spec.RestartPolicy = corev1.RestartPolicyNever
 	c := &spec.Containers[0]
-	c.Args = []string{replay.Subcommand}
-	c.Env = append(c.Env, corev1.EnvVar{Name: replay.EnvSpec, Value: string(specJSON)})
+	c.Args = append([]string(nil), rc.Args...)
+	c.Env = append(c.Env, rc.Env...)
 	c.Ports = nil
 	c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = nil, nil, nil
-	c.TerminationMessagePath = replay.DefaultResultFile
+	c.TerminationMessagePath = rc.ResultFile
 	c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
 
 	return &batchv1.Job{
@@ -165,5 +130,5 @@ func ReplayJob(dlr *kafkav1alpha1.DeadLetterReplay, ic *kafkav1alpha1.Idempotent
 				Spec:       spec,
 			},
 		},
-	}, nil
+	}
 }
