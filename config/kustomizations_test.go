@@ -43,6 +43,7 @@ var scope = map[string]bool{
 	"PodMonitor":               true,
 	"PrometheusRule":           true,
 	"IdempotentConsumer":       true,
+	"DeadLetterReplay":         true,
 	"NetworkPolicy":            true,
 }
 

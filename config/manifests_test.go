@@ -240,12 +240,15 @@ func TestDefaultOverlay(t *testing.T) {
 	role := typed(t, find(objs, "ClusterRole", prefix+"manager-role"), &rbacv1.ClusterRole{})
 	allowed := map[string][]string{
 		"/secrets":             {"create", "get", "list", "update", "watch"},
-		"/pods":                {"create"},
+		"/pods":                {"create", "get", "list"}, // create: Pod Security dry runs; get, list: a replay Job's termination message
+		"batch/jobs":           {"create", "get", "list", "watch"},
 		"apps/deployments":     {"create", "delete", "get", "list", "patch", "update", "watch"},
 		"events.k8s.io/events": {"create", "patch"},
 		"kafka.idempotency.dev/idempotentconsumers":            {"get", "list", "patch", "update", "watch"},
 		"kafka.idempotency.dev/idempotentconsumers/status":     {"get", "patch", "update"},
 		"kafka.idempotency.dev/idempotentconsumers/finalizers": {"update"},
+		"kafka.idempotency.dev/deadletterreplays":              {"get", "list", "watch"},
+		"kafka.idempotency.dev/deadletterreplays/status":       {"get", "patch", "update"},
 		"keda.sh/scaledobjects":                                {"create", "delete", "get", "patch"},
 		"keda.sh/triggerauthentications":                       {"create", "delete", "get", "patch"},
 	}
@@ -291,9 +294,18 @@ func TestMonitoringSelectsTheMetricsService(t *testing.T) {
 func TestSamples(t *testing.T) {
 	objs := build(t, "samples")
 	names := map[string]*kafkav1alpha1.IdempotentConsumer{}
+	var replays []*kafkav1alpha1.DeadLetterReplay
 	for _, o := range objs {
+		if o.GetKind() == "DeadLetterReplay" {
+			replays = append(replays, typed(t, o, &kafkav1alpha1.DeadLetterReplay{}))
+			continue
+		}
 		ic := typed(t, o, &kafkav1alpha1.IdempotentConsumer{})
 		names[ic.Name] = ic
+	}
+	// The replay sample is a dry run of a sample consumer's dead letters.
+	if len(replays) != 1 || names[replays[0].Spec.ConsumerRef.Name] == nil || replays[0].Spec.Mode != kafkav1alpha1.ReplayDryRun {
+		t.Errorf("want one DeadLetterReplay sample, a DryRun naming a sample consumer; got %d: %+v", len(replays), replays)
 	}
 	billing, ledger := names["billing"], names["ledger"]
 	if billing == nil || ledger == nil {

@@ -148,7 +148,9 @@ func latencyRun(t *testing.T, k *consumertest.Kafka, pool *pgxpool.Pool, table d
 		}
 	}
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Fatalf("%s: the consumer: %v", run, err)
+	}
 	rows, err := pool.Query(context.Background(), `SELECT (extract(epoch FROM pg_catalog.pg_xact_commit_timestamp(xmin)) * 1e9)::bigint - sent_ns FROM lat WHERE run = $1`, run)
 	if err != nil {
 		t.Fatal(err)

@@ -29,5 +29,8 @@ limitations under the License.
 // mapping of database errors to reasons, scale.go the concurrency defaults
 // and what the cache keeps of each object. The objects the phases apply are
 // built by the pure functions of controllers/objects; SQL lives in
-// consumer/dedup, behind the TableStore interface.
+// consumer/dedup, behind the TableStore interface. replay.go is a second,
+// small reconciler: DeadLetterReplay objects, each run as a Job built from
+// the consumer Deployment's pod spec (objects/replay.go), with the status
+// read from the Job and its pod's termination message.
 package controllers

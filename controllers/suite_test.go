@@ -247,6 +247,12 @@ func (te *testEnv) startManager(t *testing.T, restCfg *rest.Config, eo envOption
 		te.r = nil
 	} else if err := te.r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
+	} else if err := (&DeadLetterReplayReconciler{
+		Recorder:      mgr.GetEventRecorder("idempotency-operator"),
+		Clock:         te.r.Clock,
+		ConsumerImage: te.r.Options.ConsumerImage,
+	}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err) // as cmd/manager does: both controllers in one manager
 	}
 	te.cached = mgr.GetClient()
 	fakeClient := mgr.GetClient()
@@ -486,8 +492,14 @@ func conditionsSummary(obj *kafkav1alpha1.IdempotentConsumer) string {
 	return fmt.Sprintf("generation %d observed %d; %s", obj.Generation, obj.Status.ObservedGeneration, strings.Join(parts, "; "))
 }
 
-// events lists the Events about an object.
+// events lists the Events about an IdempotentConsumer.
 func (te *testEnv) events(t testing.TB, ns, name string) []eventsv1.Event {
+	t.Helper()
+	return te.eventsOf(t, ns, "IdempotentConsumer", name)
+}
+
+// eventsOf lists the Events about an object of a kind.
+func (te *testEnv) eventsOf(t testing.TB, ns, kind, name string) []eventsv1.Event {
 	t.Helper()
 	var list eventsv1.EventList
 	if err := te.c.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
@@ -495,7 +507,7 @@ func (te *testEnv) events(t testing.TB, ns, name string) []eventsv1.Event {
 	}
 	var out []eventsv1.Event
 	for _, e := range list.Items {
-		if e.Regarding.Name == name && e.Regarding.Kind == "IdempotentConsumer" {
+		if e.Regarding.Name == name && e.Regarding.Kind == kind {
 			out = append(out, e)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -56,8 +57,8 @@ func ParseWatchNamespaces(flag string) ([]string, error) {
 	return out, nil
 }
 
-// CacheOptions are the manager's cache options. Only Deployments labelled as
-// this operator's are cached, and cached objects carry no managedFields but
+// CacheOptions are the manager's cache options. Only Deployments and Jobs
+// (the DeadLetterReplay Jobs) labelled as this operator's are cached, and cached objects carry no managedFields but
 // the operator's own apply entry on Deployments (stripManagedFields). With
 // namespaces set, every informer the manager starts (IdempotentConsumers,
 // Deployments, the metadata-only watch of Secrets) lists and watches those
@@ -66,6 +67,7 @@ func ParseWatchNamespaces(flag string) ([]string, error) {
 func CacheOptions(namespaces []string) cache.Options {
 	opts := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&appsv1.Deployment{}: {Label: labels.SelectorFromSet(labels.Set{objects.LabelManagedBy: objects.ManagedByValue})},
+		&batchv1.Job{}:       {Label: labels.SelectorFromSet(labels.Set{objects.LabelManagedBy: objects.ManagedByValue})},
 	}, DefaultTransform: stripManagedFields}
 	if len(namespaces) > 0 {
 		opts.DefaultNamespaces = make(map[string]cache.Config, len(namespaces))

@@ -17,6 +17,8 @@ limitations under the License.
 // Package v1alpha1 is the kafka.idempotency.dev/v1alpha1 API: the
 // IdempotentConsumer kind, which declares a Kafka consumer, the PostgreSQL
 // processed_event table that deduplicates its events, and the partition
-// policy the operator keeps that table on. Validation lives in the schema
+// policy the operator keeps that table on; and the DeadLetterReplay kind, a
+// dry run and replay of such a consumer's dead letters (deadletterreplay_*.go).
+// Validation lives in the schema
 // (OpenAPI and CEL markers on the types), so no admission webhook is needed.
 package v1alpha1

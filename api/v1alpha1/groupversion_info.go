@@ -39,7 +39,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &IdempotentConsumer{}, &IdempotentConsumerList{})
+	s.AddKnownTypes(GroupVersion, &IdempotentConsumer{}, &IdempotentConsumerList{}, &DeadLetterReplay{}, &DeadLetterReplayList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -14,8 +14,8 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command manager runs the idempotency operator: the IdempotentConsumer
-// controller, with leader election, health and readiness probes, and an
+// Command manager runs the idempotency operator: the IdempotentConsumer and
+// DeadLetterReplay controllers, with leader election, health and readiness probes, and an
 // authenticated, authorized HTTPS metrics endpoint.
 package main
 
@@ -103,6 +103,13 @@ func main() {
 		Options:  cfg.opts,
 	}).SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Setting up the controller")
+		os.Exit(1)
+	}
+	if err := (&controllers.DeadLetterReplayReconciler{
+		Recorder:      mgr.GetEventRecorder("idempotency-operator"),
+		ConsumerImage: cfg.opts.ConsumerImage,
+	}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "Setting up the DeadLetterReplay controller")
 		os.Exit(1)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

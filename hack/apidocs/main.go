@@ -1,5 +1,5 @@
 // Command apidocs generates docs/api-reference.md from the Go types of the
-// API (api/v1alpha1): every type reachable from IdempotentConsumer, each
+// API (api/v1alpha1): every type reachable from its kinds (Roots), each
 // field with its JSON name, type, whether it is required, its default and its
 // validation (from the kubebuilder markers), and its doc comment (what
 // `kubectl explain` shows); then the enums with their values and the condition
@@ -25,8 +25,11 @@ import (
 	"strings"
 )
 
-// Root is the kind the reference starts from.
+// Root is the kind the reference starts from; Roots are all its kinds, in
+// the order they are documented.
 const Root = "IdempotentConsumer"
+
+var Roots = []string{Root, "DeadLetterReplay"}
 
 func main() {
 	dir := flag.String("dir", "api/v1alpha1", "package directory of the API types")
@@ -116,8 +119,10 @@ func Generate(dir string) ([]byte, error) {
 		ti.markers = append(g.precedingMarkers(t.Decl), ti.markers...)
 		g.types[t.Name] = ti
 	}
-	if g.types[Root] == nil {
-		return nil, fmt.Errorf("no type %s in %s", Root, dir)
+	for _, root := range Roots {
+		if g.types[root] == nil {
+			return nil, fmt.Errorf("no type %s in %s", root, dir)
+		}
 	}
 	if g.group == "" {
 		return nil, fmt.Errorf("no +groupName marker in %s", dir)
