@@ -42,6 +42,8 @@ type Consumer struct {
 	inserter *dedup.Inserter
 	// positions is the group's positions table (partition.Worker keeps it).
 	positions *dedup.Positions
+	// known is what the group had of the topic when setup passed.
+	known *partition.KnownPartitions
 	// external is set instead of handler by NewExternal.
 	external ExternalHandler
 	xm       *telemetry.ExternalMetrics
@@ -245,7 +247,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		StartOffset:       startOffset,
 		// Kafka watches partition counts for us only if asked.
 		WatchPartitionChanges:  true,
-		PartitionWatchInterval: 30 * time.Second,
+		PartitionWatchInterval: 5 * time.Second, // a partition added to the topic is consumed within seconds
 		Timeout:                10 * time.Second,
 		Logger:                 broker.Logger{Log: c.log, Level: slog.LevelDebug - 4},
 		ErrorLogger:            broker.Logger{Log: c.log, Level: slog.LevelDebug},

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/internal/backoff"
+	"github.com/idempotency-dev/operator/consumer/internal/broker"
 	"github.com/idempotency-dev/operator/consumer/internal/deadletter"
 	"github.com/idempotency-dev/operator/consumer/internal/extpipe"
 	"github.com/idempotency-dev/operator/consumer/internal/partition"
@@ -89,8 +91,14 @@ func (c *Consumer) closeAbandoned() {
 // false if ctx ended, and an error for a table of the other scope, which no
 // wait can fix.
 func (c *Consumer) setup(ctx context.Context) (bool, error) {
-	bo := backoff.New(backoff.DefaultInitial, c.cfg.RetryBackoffMax)
+	// The checks are one metadata request and a few catalog queries: every
+	// second at most, so a topic created after the consumer (GitOps applies
+	// both at once) is consumed within a second or so of appearing, not
+	// after a backoff that grew while it was missing.
+	bo := backoff.New(backoff.DefaultInitial, min(c.cfg.RetryBackoffMax, time.Second))
 	var lastLogged string
+	began := time.Now()
+	topicAppeared := false // the topic was missing at first
 	for {
 		err := c.checkDatabase(ctx)
 		var se *dedup.ScopeError
@@ -99,9 +107,18 @@ func (c *Consumer) setup(ctx context.Context) (bool, error) {
 		}
 		if err == nil {
 			err = c.kafka.CheckTopics(ctx, c.cfg.Topic, c.cfg.DeadLetterTopic)
+			if errors.Is(err, broker.ErrTopicMissing) && strings.HasSuffix(err.Error(), ": "+c.cfg.Topic) {
+				topicAppeared = true
+			}
+		}
+		if err == nil {
+			c.known, err = c.knownPartitions(ctx, topicAppeared)
 		}
 		if err == nil {
 			c.health.OK(telemetry.CompSetup)
+			if lastLogged != "" {
+				c.log.Info("dependencies ready: joining the group", "waited", time.Since(began).Round(time.Millisecond))
+			}
 			c.checkDurability(ctx)
 			return true, nil
 		}
@@ -166,6 +183,26 @@ func (c *Consumer) checkDurability(ctx context.Context) {
 	}
 }
 
+// knownPartitions takes what the group has of the topic now: the partitions
+// it has a position for, and how many the topic has.
+func (c *Consumer) knownPartitions(ctx context.Context, topicAppeared bool) (*partition.KnownPartitions, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	count, err := c.kafka.PartitionCount(ctx, c.cfg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	had, err := c.positions.Partitions(ctx, c.pool, c.cfg.Topic)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	k := &partition.KnownPartitions{TopicAppeared: topicAppeared, Count: count, Had: map[int]bool{}}
+	for _, p := range had {
+		k.Had[p] = true
+	}
+	return k, nil
+}
+
 // partitionDeps is what the partition workers share; the pool is open.
 func (c *Consumer) partitionDeps() *partition.Deps {
 	return &partition.Deps{
@@ -174,7 +211,7 @@ func (c *Consumer) partitionDeps() *partition.Deps {
 		RetryBackoffMax: c.cfg.RetryBackoffMax, Envelope: c.cfg.Envelope, Policies: c.cfg.Policies,
 		DisableDedup: c.hooks.disableDedup,
 		Log:          c.log, Secrets: c.secrets, Metrics: c.metrics, Health: c.health, Tracing: c.tracing, Mem: c.mem,
-		Clients: c.kafka, Pool: c.pool, Positions: c.positions, DeadLetters: c.dlq,
+		Clients: c.kafka, Pool: c.pool, Positions: c.positions, DeadLetters: c.dlq, Known: c.known,
 	}
 }
 

@@ -5,10 +5,10 @@
 # those lines last, prefixed with the benchmark's name.
 #
 #   make bench                 # all of them
-#   BENCH=dedup make bench     # one of: dedup claim anylang consumer latency slow_sink memory scale operator operator_cost
+#   BENCH=dedup make bench     # one of: dedup claim anylang consumer latency startup rollout slow_sink memory scale operator operator_cost
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-which="${BENCH:-dedup claim anylang consumer latency slow_sink memory scale operator}"
+which="${BENCH:-dedup claim anylang consumer latency startup rollout slow_sink memory scale operator}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
@@ -58,6 +58,12 @@ for b in $which; do
 	latency)
 		# Send-to-commit latency at a steady 50 and 500 events/s, SQL sink with default batching vs the per-message pattern, both from PostgreSQL commit timestamps (RESULT latency rate=... p50_ms=... p99_ms=... permsg_p99_ms=... p99_vs_permsg=...).
 		run latency env CONSUMER_BENCH_LATENCY=1 go test ./consumer/ -run '^TestBenchLatency$' -count=1 -v -timeout 10m || status=1 ;;
+	startup)
+		# How soon the first event takes effect after its topic is created (the consumer started 10 s before) and after a partition is added to a live topic (RESULT startup topic_late_first_apply_ms=... partition_added_first_apply_ms=...).
+		run startup env CONSUMER_BENCH_STARTUP=1 go test ./consumer/ -run '^TestBenchStartup$' -count=1 -v -timeout 10m || status=1 ;;
+	rollout)
+		# Three cmd/consumer replicas at 200 events/s, each restarted in turn with SIGTERM: worst send-to-commit latency during the rollout; fails if an event is lost or applied twice (RESULT rollout max_e2e_ms=... lost=0 duplicates_applied=0).
+		run rollout env CONSUMER_BENCH_ROLLOUT=1 go test ./consumer/ -run '^TestBenchRollout$' -count=1 -v -timeout 15m || status=1 ;;
 	slow_sink)
 		# The HTTP sink as an external handler against a 20 ms provider: same-key and re-keyed duplicates, vs the bound and the per-message pattern.
 		run slow_sink env CONSUMER_BENCH_SLOW_SINK=1 go test ./consumer/ -run '^TestBenchSlowSink$' -count=1 -v -timeout 10m || status=1 ;;
@@ -80,7 +86,7 @@ for b in $which; do
 		# Only RESULT operator_cost, with OPERATOR_COST_OBJECTS (default 1000) objects and a short quiet period.
 		assets="$(hack/envtest.sh)"
 		run operator_cost env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 OPERATOR_BENCH_PROCESS=1 OPERATOR_BENCH_OBJECTS="${OPERATOR_COST_OBJECTS:-1000}" OPERATOR_BENCH_QUIET=5s go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1 ;;
-	*) echo "bench: unknown benchmark $b (dedup, claim, anylang, consumer, latency, slow_sink, memory, scale, operator, operator_cost)" >&2; exit 2 ;;
+	*) echo "bench: unknown benchmark $b (dedup, claim, anylang, consumer, latency, startup, rollout, slow_sink, memory, scale, operator, operator_cost)" >&2; exit 2 ;;
 	esac
 done
 echo

@@ -34,7 +34,7 @@ var settings = []setting{
 	{ev.StartOffset, consumer.StartEarliest, "where a group without committed offsets starts: earliest or latest"},
 	{ev.Isolation, string(consumer.IsolationReadCommitted), "ReadCommitted (skip records of aborted transactions) or ReadUncommitted"},
 	{ev.SessionTimeout, consumer.DefaultSessionTimeout.String(), "group session timeout"},
-	{ev.HeartbeatInterval, "", "group heartbeat interval (default min(3s, session timeout/3))"},
+	{ev.HeartbeatInterval, "", "group heartbeat interval (default min(500ms, session timeout/3))"},
 	{ev.RebalanceTimeout, consumer.DefaultRebalanceTimeout.String(), "group rebalance timeout"},
 	{ev.TLSEnabled, "false", "connect to the brokers with TLS (implied by the other TLS settings)"},
 	{ev.TLSCAFile, "", "PEM CA bundle to verify the brokers with (default: system roots)"},

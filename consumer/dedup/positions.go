@@ -267,6 +267,22 @@ func (p *Positions) Read(ctx context.Context, q Queryer, topic string, partition
 	return next, true, nil
 }
 
+// Partitions returns the partitions of topic the group has a position for.
+func (p *Positions) Partitions(ctx context.Context, q Queryer, topic string) ([]int, error) {
+	var parts []int32
+	err := q.QueryRow(ctx, `SELECT coalesce(pg_catalog.array_agg(kafka_partition), '{}') FROM `+
+		pgx.Identifier{p.table.Schema, PositionsTableName(p.table)}.Sanitize()+
+		` WHERE consumer_group = $1 AND topic = $2`, p.group, topic).Scan(&parts)
+	if err != nil {
+		return nil, fmt.Errorf("reading the positions of %s in %s: %w", topic, p.name, err)
+	}
+	out := make([]int, len(parts))
+	for i, v := range parts {
+		out[i] = int(v)
+	}
+	return out, nil
+}
+
 // Record stores next as the partition's position, inside the caller's
 // transaction, and returns the position it replaces (ok false: none). The
 // caller compares it with what it wrote last: a smaller one means the

@@ -106,25 +106,62 @@ func (cl *Clients) client() *kafka.Client {
 // ErrTopicMissing is returned by CheckTopics for a topic the broker does not know.
 var ErrTopicMissing = errors.New("topic does not exist")
 
-// CheckTopics asks the cluster for the topics' metadata.
+// CheckTopics asks a broker for the topics' metadata. It does not go through
+// the Transport, which answers metadata requests from a cache refreshed every
+// MetadataTTL: a topic created while the consumer waits for it would stay
+// missing for up to that long.
 func (cl *Clients) CheckTopics(ctx context.Context, topics ...string) error {
-	client := cl.client()
-	resp, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+	conn, err := cl.dialAny(ctx)
 	if err != nil {
-		return fmt.Errorf("reading topic metadata: %w", err)
+		return err
 	}
-	found := map[string]bool{}
-	for _, t := range resp.Topics {
-		if t.Error == nil && len(t.Partitions) > 0 {
-			found[t.Name] = true
-		}
-	}
+	defer conn.Close()
 	for _, t := range topics {
-		if !found[t] {
+		parts, err := conn.ReadPartitions(t)
+		switch {
+		case errors.Is(err, kafka.UnknownTopicOrPartition) || err == nil && len(parts) == 0:
 			return fmt.Errorf("%w: %s", ErrTopicMissing, t)
+		case err != nil:
+			return fmt.Errorf("reading topic metadata: %w", err)
 		}
 	}
 	return nil
+}
+
+// PartitionCount is how many partitions topic has, asked of a broker
+// directly (not from the Transport's cached metadata).
+func (cl *Clients) PartitionCount(ctx context.Context, topic string) (int, error) {
+	conn, err := cl.dialAny(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	parts, err := conn.ReadPartitions(topic)
+	if err != nil {
+		return 0, fmt.Errorf("reading topic metadata: %w", err)
+	}
+	return len(parts), nil
+}
+
+// dialAny connects to the first broker that answers, with ctx's deadline
+// (10 s when it has none) on the connection.
+func (cl *Clients) dialAny(ctx context.Context) (*kafka.Conn, error) {
+	var conn *kafka.Conn
+	var err error
+	for _, b := range cl.Brokers {
+		if conn, err = cl.Dialer.DialContext(ctx, "tcp", b); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading topic metadata: %w", err)
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(10 * time.Second)
+	}
+	_ = conn.SetDeadline(dl)
+	return conn, nil
 }
 
 // ErrNoLimit is a cluster's answer without a usable record size limit.

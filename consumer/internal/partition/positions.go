@@ -104,7 +104,13 @@ func (w *Worker) resolveStart() (start int64, commit bool, err error) {
 		} else {
 			start = first
 		}
-		w.Log.Info("no committed offset: starting from the StartOffset policy's offset", "startOffset", c.StartOffset, "offset", start)
+		if why := c.Known.New(w.Partition); start != first && why != "" {
+			w.Log.Info("no committed offset, and the partition is new to the group: reading it from its start whatever the StartOffset policy (all of its records are new; latest would skip those written before its first assignment)",
+				"why", why, "startOffset", c.StartOffset, "offset", first)
+			start = first
+		} else {
+			w.Log.Info("no committed offset: starting from the StartOffset policy's offset", "startOffset", c.StartOffset, "offset", start)
+		}
 	}
 	w.DBPos = noPosition
 	if c.DisableDedup {
@@ -141,6 +147,36 @@ func (w *Worker) resolveStart() (start int64, commit bool, err error) {
 		}
 	}
 	return start, commit, nil
+}
+
+// KnownPartitions is what the group had of its topic when the consumer
+// started. A partition it then starts without a committed offset is new to
+// the group, and read from its start whatever the StartOffset policy, when
+// the topic appeared only after the consumer started, or when the group had
+// positions for the topic but not for this partition (it was added while the
+// group ran, or while it was down), or, for a group that had none, when the
+// partition was added after the consumer started. Kafka's "latest" would
+// skip every record written to such a partition before its first
+// assignment, and all of them are new.
+type KnownPartitions struct {
+	TopicAppeared bool         // the topic did not exist when the consumer started
+	Had           map[int]bool // partitions with a position in the database
+	Count         int          // partitions the topic had
+}
+
+// New says why partition p is new to the group ("" if it is not).
+func (k *KnownPartitions) New(p int) string {
+	switch {
+	case k == nil:
+		return ""
+	case k.TopicAppeared:
+		return "the topic was created after the consumer started"
+	case len(k.Had) > 0 && !k.Had[p]:
+		return "the group has positions for other partitions of the topic, not for this one: it was added"
+	case len(k.Had) == 0 && p >= k.Count:
+		return "the partition was added after the consumer started"
+	}
+	return ""
 }
 
 // Which position clampToLog was given, for its log line.

@@ -46,6 +46,9 @@ type Deps struct {
 	Pool        *pgxpool.Pool
 	Positions   *dedup.Positions
 	DeadLetters *deadletter.Writer
+	// Known is what the group had of the topic when the consumer started
+	// (nil: nothing is known, the StartOffset policy applies as is).
+	Known *KnownPartitions
 }
 
 type Worker struct {
