@@ -80,6 +80,15 @@ const (
 	DefaultDeadLetterMaxBytes = deadletter.DefaultMaxBytes
 )
 
+// Pooler is Config.DatabasePooler.
+type Pooler string
+
+// The poolers.
+const (
+	PoolerNone        Pooler = ""
+	PoolerTransaction Pooler = "transaction"
+)
+
 // Config configures a Consumer. New validates it once; the zero value of an
 // optional field means its default.
 type Config struct {
@@ -181,6 +190,15 @@ type Config struct {
 	// all partitions of the process; default 64. Transactional handlers
 	// ignore it.
 	MaxInFlight int
+	// DatabasePooler says what stands between the runtime and PostgreSQL:
+	// PoolerNone (a server, or a pooler in session mode) or
+	// PoolerTransaction (PgBouncer's pool_mode=transaction, CloudNativePG's
+	// Pooler in transaction mode), where a server session serves one
+	// transaction at a time: the runtime then sends no startup parameter but
+	// application_name, and every statement with the simple protocol (no
+	// prepared statement outlives a transaction there). Only for a pool
+	// opened from DatabaseURL. docs/database-secrets.md, Poolers.
+	DatabasePooler Pooler
 	// IdleInTransactionTimeout is set as idle_in_transaction_session_timeout
 	// on the sessions of the pool the runtime opens from DatabaseURL, so that
 	// no transaction stays open while it waits on anything but PostgreSQL;
@@ -356,6 +374,9 @@ func (c Config) Validate() error {
 	}
 	if c.DatabaseMaxConns < 1 {
 		return cfgErr("DatabaseMaxConns", "must be at least 1")
+	}
+	if c.DatabasePooler != PoolerNone && c.DatabasePooler != PoolerTransaction {
+		return cfgErr("DatabasePooler", "%q is not empty or %q", c.DatabasePooler, PoolerTransaction)
 	}
 	if err := c.Table.Validate(); err != nil {
 		return cfgErr("Table", "%v", err)

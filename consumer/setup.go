@@ -17,6 +17,7 @@ import (
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 	"github.com/idempotency-dev/operator/consumer/internal/txpipe"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -39,8 +40,18 @@ func (c *Consumer) open(ctx context.Context) error {
 		// The guard of Decision 6: a transaction of the runtime that waits
 		// on anything but PostgreSQL is ended by the server. A setting in
 		// the DSN itself wins.
-		if t := c.cfg.IdleInTransactionTimeout; t > 0 && pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] == "" {
+		if t := c.cfg.IdleInTransactionTimeout; t > 0 && pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] == "" &&
+			c.cfg.DatabasePooler != PoolerTransaction {
 			pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(t.Milliseconds(), 10)
+		}
+		if c.cfg.DatabasePooler == PoolerTransaction {
+			// A transaction pooler hands each transaction to whichever
+			// server session is free: a named prepared statement of one
+			// would be missing on the next, and it refuses startup
+			// parameters it does not track (the idle-in-transaction guard
+			// is then the pooler's idle_transaction_timeout).
+			pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+			c.log.Info("the database URL reaches PostgreSQL through a transaction pooler: simple protocol, no session settings")
 		}
 		pool, err = pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {
@@ -145,6 +156,9 @@ func (c *Consumer) checkDatabase(ctx context.Context) error {
 	// to_regclass wants a quoted name; the identifiers are validated
 	// lower-case [a-z0-9_], which need no quotes.
 	if err := c.pool.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
+		if strings.Contains(err.Error(), "unsupported startup parameter") {
+			return fmt.Errorf("database: %w (a transaction pooler, such as PgBouncer with pool_mode=transaction, refuses the session settings the runtime sends: set CONSUMER_DATABASE_POOLER=transaction, Config.DatabasePooler)", err)
+		}
 		return fmt.Errorf("database: %w", err)
 	}
 	if !exists {

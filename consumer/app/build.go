@@ -80,6 +80,7 @@ func buildKafka(v *values, c *consumer.Config) {
 func buildProcessing(v *values, c *consumer.Config) {
 	c.DatabaseURL = v.m[ev.DatabaseURL]
 	c.DatabaseMaxConns = v.int32(ev.DatabaseMaxConns)
+	c.DatabasePooler = consumer.Pooler(strings.ToLower(v.str(ev.DatabasePooler)))
 	scope := dedup.Scope(v.str(ev.DedupScope))
 	switch strings.ToLower(string(scope)) {
 	case "consumergroup":
@@ -237,7 +238,7 @@ var configFields = map[string]string{
 	"StartOffset": ev.StartOffset, "Isolation": ev.Isolation, "SessionTimeout": ev.SessionTimeout, "HeartbeatInterval": ev.HeartbeatInterval,
 	"RebalanceTimeout": ev.RebalanceTimeout, "SASL.Mechanism": ev.SASLMechanism, "SASL.Username": ev.SASLUsername,
 	"SASL.Password": ev.SASLPassword, "SASL": ev.SASLMechanism, "DatabaseURL": ev.DatabaseURL,
-	"DatabaseMaxConns": ev.DatabaseMaxConns, "Table": ev.TableName, "BatchSize": ev.BatchMaxMessages,
+	"DatabaseMaxConns": ev.DatabaseMaxConns, "DatabasePooler": ev.DatabasePooler, "Table": ev.TableName, "BatchSize": ev.BatchMaxMessages,
 	"BatchWait": ev.BatchMaxWait, "Envelope": ev.Envelope, "HandlerMaxAttempts": ev.HandlerMaxAttempts,
 	"HandlerBackoffMax": ev.HandlerBackoffMax, "RetryBackoffMax": ev.RetryBackoffMax, "ShutdownTimeout": ev.ShutdownTimeout,
 	"Ordering": ev.Ordering, "MaxInFlight": ev.MaxInFlight,

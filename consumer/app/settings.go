@@ -46,6 +46,7 @@ var settings = []setting{
 	{ev.SASLPassword, "", "SASL password (secret; prefer the environment variable)"},
 	{ev.DatabaseURL, "", "PostgreSQL connection URL or DSN (secret; required; falls back to DATABASE_URL)"},
 	{ev.DatabaseMaxConns, "8", "most database connections"},
+	{ev.DatabasePooler, "", "transaction: the URL reaches PostgreSQL through a transaction pooler (PgBouncer pool_mode=transaction)"},
 	{ev.TableSchema, dedup.DefaultSchema, "schema of the dedup table"},
 	{ev.TableName, dedup.DefaultTableName, "name of the dedup table"},
 	{ev.DedupScope, string(dedup.DefaultScope), "dedup key: ConsumerGroup (event id + group) or Global (event id)"},

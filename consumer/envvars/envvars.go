@@ -31,9 +31,10 @@ const (
 	DatabaseURL            = "CONSUMER_DATABASE_URL"  // secret; postgres:// URL or key=value DSN (required)
 	DatabaseURLFallback    = "DATABASE_URL"           // read when CONSUMER_DATABASE_URL is unset
 	DatabaseMaxConns       = "CONSUMER_DATABASE_MAX_CONNS"
-	TableSchema            = "CONSUMER_TABLE_SCHEMA" // default "public"
-	TableName              = "CONSUMER_TABLE_NAME"   // default "processed_event"
-	DedupScope             = "CONSUMER_DEDUP_SCOPE"  // ConsumerGroup (default) or Global
+	DatabasePooler         = "CONSUMER_DATABASE_POOLER" // "" (a server, or a session pooler) or transaction (PgBouncer transaction mode)
+	TableSchema            = "CONSUMER_TABLE_SCHEMA"    // default "public"
+	TableName              = "CONSUMER_TABLE_NAME"      // default "processed_event"
+	DedupScope             = "CONSUMER_DEDUP_SCOPE"     // ConsumerGroup (default) or Global
 	BatchMaxMessages       = "CONSUMER_BATCH_MAX_MESSAGES"
 	BatchMaxWait           = "CONSUMER_BATCH_MAX_WAIT"
 	MaxEventBytes          = "CONSUMER_MAX_EVENT_BYTES"
@@ -81,7 +82,7 @@ var All = []string{
 	SessionTimeout, HeartbeatInterval, RebalanceTimeout,
 	TLSEnabled, TLSCAFile, TLSCertFile, TLSKeyFile, TLSInsecureSkipVerify,
 	SASLMechanism, SASLUsername, SASLPassword,
-	DatabaseURL, DatabaseURLFallback, DatabaseMaxConns, TableSchema, TableName, DedupScope,
+	DatabaseURL, DatabaseURLFallback, DatabaseMaxConns, DatabasePooler, TableSchema, TableName, DedupScope,
 	BatchMaxMessages, BatchMaxWait, MaxEventBytes,
 	Envelope, IDField, TypeField, TimeField, PayloadField,
 	HandlerMaxAttempts, HandlerBackoffInitial, HandlerBackoffMax, RetryBackoffMax, RetryLaterMax, ShutdownTimeout,

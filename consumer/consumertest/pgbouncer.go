@@ -1,0 +1,132 @@
+package consumertest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// StartPgBouncer starts a PgBouncer (the pgbouncer binary on PATH, Debian's
+// package) in transaction pooling mode in front of the database of
+// upstream, a URL such as DatabaseURL returns, and returns the URL that
+// reaches the same database through it (the same user and password). It is
+// stopped when the test ends. The test is skipped when pgbouncer is not
+// installed, and fails instead under CI.
+func StartPgBouncer(tb testing.TB, upstream string) string {
+	tb.Helper()
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			tb.Fatal("consumertest: pgbouncer is not installed (Debian package pgbouncer; .ci/run installs it)")
+		}
+		tb.Skip("pgbouncer is not installed (apt-get install pgbouncer)")
+	}
+	u, err := url.Parse(upstream)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pass, _ := u.User.Password()
+	db := u.Path[1:]
+	port, err := FreePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Not tb.TempDir: its parent is the test's, which another user can't
+	// traverse.
+	dir, err := os.MkdirTemp("", "consumertest-pgbouncer-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		// PgBouncer refuses to run as root, as PostgreSQL does.
+		name := os.Getenv("PGTEST_USER")
+		if name == "" {
+			name = "postgres"
+		}
+		if cred, err = lookupCredential(name); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	// auth_type any: the client's user name is taken as given and the
+	// server connection logs in with the password written here; fine for a
+	// throwaway loopback pooler. max_prepared_statements does not exist in
+	// 1.18: prepared statements do not survive a transaction there.
+	ini := fmt.Sprintf(`[databases]
+%s = host=%s port=%s dbname=%s user=%s password=%s
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+default_pool_size = 20
+max_client_conn = 500
+server_reset_query =
+ignore_startup_parameters = extra_float_digits
+logfile = %s
+pidfile = %s
+`, db, u.Hostname(), u.Port(), db, u.User.Username(), pass, port,
+		filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
+	cfg := filepath.Join(dir, "pgbouncer.ini")
+	if err := os.WriteFile(cfg, []byte(ini), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	if cred != nil {
+		if err := os.Chown(cfg, int(cred.Uid), int(cred.Gid)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, cfg) //nolint:gosec // G204: the pgbouncer binary found on PATH, with the harness's own config
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	out := &SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("consumertest: starting pgbouncer: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+			break
+		}
+		select {
+		case <-done:
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			tb.Fatalf("consumertest: pgbouncer exited: %s\n%s", out.String(), log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("consumertest: pgbouncer does not listen on %s: %s", addr, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pooled := *u
+	pooled.Host = addr
+	return pooled.String()
+}
