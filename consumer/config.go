@@ -195,7 +195,7 @@ type Config struct {
 	// PoolerTransaction (PgBouncer's pool_mode=transaction, CloudNativePG's
 	// Pooler in transaction mode), where a server session serves one
 	// transaction at a time: the runtime then sends no startup parameter but
-	// application_name, and every statement with the simple protocol (no
+	// application_name, and every statement unnamed (no
 	// prepared statement outlives a transaction there). Only for a pool
 	// opened from DatabaseURL. docs/database-secrets.md, Poolers.
 	DatabasePooler Pooler

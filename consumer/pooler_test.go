@@ -66,7 +66,9 @@ func TestThroughPgBouncerTransactionMode(t *testing.T) {
 			return n == 200, fmt.Sprintf("%d recorded", n)
 		})
 		time.Sleep(time.Second) // the copies come last in their partitions
-		calls, bad := x.snapshot()
+		// (The recorder's per-key check does not apply: these events have
+		// no key and two partitions, which may each call at once.)
+		calls, _ := x.snapshot()
 		if len(calls) != 200 {
 			t.Errorf("%d ids called, want 200", len(calls))
 		}
@@ -74,9 +76,6 @@ func TestThroughPgBouncerTransactionMode(t *testing.T) {
 			if n != 1 {
 				t.Errorf("id %s called %d times", id, n)
 			}
-		}
-		if len(bad) > 0 {
-			t.Errorf("ordering: %v", bad)
 		}
 	})
 

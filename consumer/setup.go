@@ -49,9 +49,14 @@ func (c *Consumer) open(ctx context.Context) error {
 			// server session is free: a named prepared statement of one
 			// would be missing on the next, and it refuses startup
 			// parameters it does not track (the idle-in-transaction guard
-			// is then the pooler's idle_transaction_timeout).
-			pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-			c.log.Info("the database URL reaches PostgreSQL through a transaction pooler: simple protocol, no session settings")
+			// is then the pooler's idle_transaction_timeout). Unnamed
+			// statements, each round trip self-contained (Parse, Bind,
+			// Execute, Sync), with parameter types described once per
+			// connection: typed like the default mode (a SQL sink's
+			// payload stays typed by its statement, which the simple
+			// protocol would send as a bytea literal).
+			pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+			c.log.Info("the database URL reaches PostgreSQL through a transaction pooler: unnamed statements, no session settings")
 		}
 		pool, err = pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {

@@ -21,30 +21,47 @@ import (
 // installed, and fails instead under CI.
 func StartPgBouncer(tb testing.TB, upstream string) string {
 	tb.Helper()
-	bin, err := exec.LookPath("pgbouncer")
-	if err != nil {
+	if _, err := exec.LookPath("pgbouncer"); err != nil {
 		if os.Getenv("CI") != "" {
 			tb.Fatal("consumertest: pgbouncer is not installed (Debian package pgbouncer; .ci/run installs it)")
 		}
 		tb.Skip("pgbouncer is not installed (apt-get install pgbouncer)")
 	}
+	pooled, stop, err := StartPgBouncerProcess(upstream)
+	if err != nil {
+		tb.Fatalf("consumertest: %v", err)
+	}
+	tb.Cleanup(stop)
+	return pooled
+}
+
+// StartPgBouncerProcess is StartPgBouncer outside a test: it returns the
+// pooled URL and a function that stops PgBouncer and removes its files.
+func StartPgBouncerProcess(upstream string) (pooled string, stop func(), err error) {
+	bin, err := exec.LookPath("pgbouncer")
+	if err != nil {
+		return "", nil, fmt.Errorf("pgbouncer is not installed (Debian package pgbouncer): %w", err)
+	}
 	u, err := url.Parse(upstream)
 	if err != nil {
-		tb.Fatal(err)
+		return "", nil, err
 	}
 	pass, _ := u.User.Password()
 	db := u.Path[1:]
 	port, err := FreePort()
 	if err != nil {
-		tb.Fatal(err)
+		return "", nil, err
 	}
-	// Not tb.TempDir: its parent is the test's, which another user can't
-	// traverse.
+	// Not a test's TempDir: its parent is the test's, which another user
+	// can't traverse.
 	dir, err := os.MkdirTemp("", "consumertest-pgbouncer-")
 	if err != nil {
-		tb.Fatal(err)
+		return "", nil, err
 	}
-	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	fail := func(err error) (string, func(), error) {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
 		// PgBouncer refuses to run as root, as PostgreSQL does.
@@ -53,10 +70,10 @@ func StartPgBouncer(tb testing.TB, upstream string) string {
 			name = "postgres"
 		}
 		if cred, err = lookupCredential(name); err != nil {
-			tb.Fatal(err)
+			return fail(err)
 		}
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			tb.Fatal(err)
+			return fail(err)
 		}
 	}
 	// auth_type any: the client's user name is taken as given and the
@@ -82,11 +99,11 @@ pidfile = %s
 		filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
 	cfg := filepath.Join(dir, "pgbouncer.ini")
 	if err := os.WriteFile(cfg, []byte(ini), 0o600); err != nil {
-		tb.Fatal(err)
+		return fail(err)
 	}
 	if cred != nil {
 		if err := os.Chown(cfg, int(cred.Uid), int(cred.Gid)); err != nil {
-			tb.Fatal(err)
+			return fail(err)
 		}
 	}
 	cmd := exec.Command(bin, cfg) //nolint:gosec // G204: the pgbouncer binary found on PATH, with the harness's own config
@@ -94,11 +111,11 @@ pidfile = %s
 	out := &SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		tb.Fatalf("consumertest: starting pgbouncer: %v", err)
+		return fail(fmt.Errorf("starting pgbouncer: %w", err))
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	tb.Cleanup(func() {
+	stop = func() {
 		_ = cmd.Process.Signal(syscall.SIGINT)
 		select {
 		case <-done:
@@ -106,7 +123,8 @@ pidfile = %s
 			_ = cmd.Process.Kill()
 			<-done
 		}
-	})
+		_ = os.RemoveAll(dir)
+	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -118,15 +136,17 @@ pidfile = %s
 		select {
 		case <-done:
 			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-			tb.Fatalf("consumertest: pgbouncer exited: %s\n%s", out.String(), log)
+			stop()
+			return "", nil, fmt.Errorf("pgbouncer exited: %s\n%s", out.String(), log)
 		default:
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("consumertest: pgbouncer does not listen on %s: %s", addr, out.String())
+			stop()
+			return "", nil, fmt.Errorf("pgbouncer does not listen on %s: %s", addr, out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	pooled := *u
-	pooled.Host = addr
-	return pooled.String()
+	p := *u
+	p.Host = addr
+	return p.String(), stop, nil
 }

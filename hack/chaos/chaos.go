@@ -74,7 +74,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	if err := h.startBroker(ctx); err != nil {
 		return nil, err
 	}
-	h.res = &Result{Seed: o.Seed, HTTPConsumers: o.HTTPConsumers}
+	h.res = &Result{Seed: o.Seed, HTTPConsumers: o.HTTPConsumers, Pooler: o.Pooler}
 	if err := h.startFleets(); err != nil {
 		return nil, err
 	}
@@ -154,7 +154,18 @@ func (h *harness) startBroker(ctx context.Context) error {
 func (h *harness) startFleets() error {
 	o := h.o
 	var err error
-	if h.consumers, err = h.startFleet("consumer", group, consumerEnv(h.brokers, h.dbURL), o.Consumers); err != nil {
+	consumerURL := h.dbURL
+	var poolerEnv []string
+	if o.Pooler {
+		pooled, stop, err := consumertest.StartPgBouncerProcess(h.dbURL)
+		if err != nil {
+			return err
+		}
+		h.cl.Add(stop)
+		consumerURL, poolerEnv = pooled, []string{envvars.DatabasePooler + "=transaction"}
+		h.step("PgBouncer in transaction mode between the consumers and PostgreSQL")
+	}
+	if h.consumers, err = h.startFleet("consumer", group, append(consumerEnv(h.brokers, consumerURL), poolerEnv...), o.Consumers); err != nil {
 		return err
 	}
 	if o.HTTPConsumers > 0 {
@@ -163,7 +174,7 @@ func (h *harness) startFleets() error {
 			return err
 		}
 		h.cl.Add(h.provider.stop)
-		env := httpConsumerEnv(h.brokers, h.dbURL, h.provider.url(), o.HTTPTimeout)
+		env := append(httpConsumerEnv(h.brokers, consumerURL, h.provider.url(), o.HTTPTimeout), poolerEnv...)
 		if h.httpConsumers, err = h.startFleet("http-consumer", httpGroup, env, o.HTTPConsumers); err != nil {
 			return err
 		}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -13,10 +15,29 @@ import (
 // second group of consumer processes runs the http sink (an external handler)
 // against a provider that drops some connections after applying the request.
 func TestChaosShort(t *testing.T) {
+	runChaosShort(t, ShortOptions())
+}
+
+// TestChaosShortThroughPgBouncer is the same run with both consumer groups
+// going through a real PgBouncer in transaction pooling mode
+// (CONSUMER_DATABASE_POOLER=transaction), PostgreSQL restarted behind it.
+func TestChaosShortThroughPgBouncer(t *testing.T) {
+	if _, err := exec.LookPath("pgbouncer"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("pgbouncer is not installed (Debian package pgbouncer; .ci/run installs it)")
+		}
+		t.Skip("pgbouncer is not installed")
+	}
+	o := ShortOptions()
+	o.Pooler = true
+	o.Events = 8_000
+	runChaosShort(t, o)
+}
+
+func runChaosShort(t *testing.T, o Options) {
 	if testing.Short() {
 		t.Skip("chaos: skipped in -short mode")
 	}
-	o := ShortOptions()
 	o.Seed = uint64(time.Now().UnixNano())
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute+30*time.Second)
 	defer cancel()

@@ -16,7 +16,7 @@
 //
 // At the end it checks the invariants, prints what it found, and a final line
 //
-//	RESULT events=... unique=... applied=... duplicates_applied=0 lost=0 aborted=... aborted_applied=0 kills=... dlq=...
+//	RESULT pooler=none events=... unique=... applied=... duplicates_applied=0 lost=0 aborted=... aborted_applied=0 kills=... dlq=...
 //	  ... provider_missing=0 provider_requests_per_id_max=... http_dedup_rows_per_id_max=1
 //	  provider_busy_409=... provider_429=... dead_lettered_retryable=0 max_tx_open_ms=...
 //
@@ -54,6 +54,7 @@ func main() {
 	flag.Float64Var(&o.TxnShare, "txn-share", o.TxnShare, "share of messages written by the transactional producer")
 	flag.Float64Var(&o.AbortShare, "txn-aborts", o.AbortShare, "share of the transactions that are aborted")
 	flag.StringVar(&o.Isolation, "isolation", "", "CONSUMER_ISOLATION for the consumers (empty: their default, ReadCommitted)")
+	flag.BoolVar(&o.Pooler, "pooler", false, "run the consumers through PgBouncer in transaction mode (the pgbouncer binary, Debian's package)")
 	flag.DurationVar(&o.ProduceFor, "produce-for", o.ProduceFor, "spread production (and the chaos) over this long")
 	flag.Uint64Var(&o.Seed, "seed", 0, "random seed (0 = from the clock); printed for replays")
 	flag.BoolVar(&o.Verbose, "v", false, "stream the consumers' and broker's logs")

@@ -34,7 +34,11 @@ type Options struct {
 	HTTPRateShare  float64
 	HTTPRetryAfter time.Duration
 	// Isolation, when set, is the consumers' CONSUMER_ISOLATION.
-	Isolation  string
+	Isolation string
+	// Pooler puts a PgBouncer in transaction pooling mode between both
+	// consumer groups and PostgreSQL (CONSUMER_DATABASE_POOLER=transaction);
+	// the harness's own checks connect directly.
+	Pooler     bool
 	ProduceFor time.Duration
 	// ClockSpeed is how much faster than real time the partition maintenance
 	// and the event ids' timestamps run: with Hourly partitions and 600x, a new

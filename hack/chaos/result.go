@@ -13,7 +13,8 @@ import (
 // Result is what a run observed; Violations says what broke.
 type Result struct {
 	Seed              uint64
-	Produced          int // messages the producer wrote (retried batches counted once)
+	Pooler            bool // the consumers went through PgBouncer in transaction mode
+	Produced          int  // messages the producer wrote (retried batches counted once)
 	ProduceRetries    int
 	Kills             int
 	KillsAfterCommit  int
@@ -203,8 +204,12 @@ func (r *Result) Print(w io.Writer) {
 			r.HTTPKills, r.ProviderMissing, r.ProviderRequestsPerIDMax, r.HTTPDedupRowsPerIDMax, len(r.HTTPOffsetViolations), len(r.HTTPOffsetAheadOfOwner),
 			r.ProviderBusy, r.ProviderLimited, r.DeadLetteredRetryable)
 	}
-	fmt.Fprintf(w, "RESULT events=%d unique=%d applied=%d duplicates_applied=%d lost=%d aborted=%d aborted_applied=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d%s max_tx_open_ms=%d seed=%d\n",
-		r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.AbortedMessages, r.AbortedApplied, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations),
+	pooler := "none"
+	if r.Pooler {
+		pooler = "pgbouncer-transaction"
+	}
+	fmt.Fprintf(w, "RESULT pooler=%s events=%d unique=%d applied=%d duplicates_applied=%d lost=%d aborted=%d aborted_applied=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d%s max_tx_open_ms=%d seed=%d\n",
+		pooler, r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.AbortedMessages, r.AbortedApplied, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations),
 		httpPart, r.MaxTxOpen.Milliseconds(), r.Seed)
 }
 
