@@ -227,6 +227,7 @@ func (p *partSession) recordOnce(ids []uuid.UUID, succ []*entry, next int64) (ou
 func (p *partSession) countDone(r *entry) {
 	c := p.c
 	t := c.Topic
+	c.Metrics.ObserveEndToEnd(t, time.Now(), r.Msg.Time)
 	if r.Reason == event.ReasonOutsideWindow {
 		c.Metrics.OutsideWindow.WithLabelValues(t).Inc()
 	}

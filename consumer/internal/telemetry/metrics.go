@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -35,6 +36,21 @@ type Metrics struct {
 	Rewinds         *prometheus.CounterVec // topic
 	LostToRetention *prometheus.CounterVec // topic
 	DurabilityRisk  *prometheus.GaugeVec   // reason
+	// EndToEnd is the time from a record's timestamp to its outcome being
+	// durable: its effect and dedup row committed, its dead letter written,
+	// or it found a duplicate.
+	EndToEnd *prometheus.HistogramVec // topic
+}
+
+// ObserveEndToEnd observes, for each record time in ts, the time since it
+// (records without a timestamp are left out).
+func (m *Metrics) ObserveEndToEnd(topic string, now time.Time, ts ...time.Time) {
+	o := m.EndToEnd.WithLabelValues(topic)
+	for _, t := range ts {
+		if !t.IsZero() {
+			o.Observe(now.Sub(t).Seconds())
+		}
+	}
 }
 
 // NewMetrics registers the collectors with reg.
@@ -123,6 +139,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: Namespace, Name: "records_lost_to_retention_total",
 			Help: "Records between a partition's position (Kafka's Committed offset or the database's) and the start of its log when the partition started or went back to the database's position: deleted by the topic's retention before their effects were durable, so never Processed.",
 		}, []string{"topic"}),
+		EndToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "end_to_end_seconds",
+			Help:    "Time from a record's timestamp (the producer's, or the broker's log append time) to its outcome being durable: its effect and dedup row Committed, its dead letter written, or found a duplicate.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"topic"}),
 		DurabilityRisk: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "database_durability_risk",
 			Help: "1 for each way the database can lose acknowledged commits, found at start-up: reason SynchronousCommitOff (a crash) or AsynchronousStandby (a failover); 0 otherwise.",
@@ -132,6 +153,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.Processed, m.Duplicates, m.DeadLettered, m.Skipped, m.OutsideWindow, m.HandlerErrors,
 		m.InfraErrors, m.TxTimeouts, m.BatchSize, m.TxSeconds, m.CommitSeconds, m.Lag, m.Committed, m.Assigned,
 		m.Ready, m.Rebalances, m.Batches, m.DeadLetterValuesDropped, m.Rewinds, m.LostToRetention, m.DurabilityRisk,
+		m.EndToEnd,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

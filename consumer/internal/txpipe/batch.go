@@ -364,6 +364,12 @@ func (w *batcher) count(items []record.Item) {
 	c.Metrics.Duplicates.WithLabelValues(t).Add(float64(dups))
 	c.Metrics.BatchSize.Observe(float64(len(items)))
 	c.Metrics.Batches.WithLabelValues(t).Inc()
+	now, e2e := time.Now(), c.Metrics.EndToEnd.WithLabelValues(t)
+	for i := range items {
+		if ts := items[i].Msg.Time; !ts.IsZero() {
+			e2e.Observe(now.Sub(ts).Seconds())
+		}
+	}
 	w.Log.Debug("batch committed", "records", len(items), "handled", handled, "duplicates", dups,
 		"first", items[0].Msg.Offset, "last", items[len(items)-1].Msg.Offset)
 }
