@@ -104,13 +104,15 @@ func (w *Worker) resolveStart() (start int64, commit bool, err error) {
 		} else {
 			start = first
 		}
-		w.Log.Info("no committed offset: starting from the StartOffset policy's offset", "startOffset", c.StartOffset, "offset", start)
+		if w.Gen != nil {
+			w.Log.Info("no committed offset: starting from the StartOffset policy's offset", "startOffset", c.StartOffset, "offset", start)
+		}
 	}
 	w.DBPos = noPosition
 	if c.DisableDedup {
 		return w.clampToLog(start, first, posCommitted), commit, nil
 	}
-	db, ok, err := c.Positions.Read(ctx, c.Pool, c.Topic, w.Partition)
+	db, ok, err := c.Positions.Read(ctx, c.Pool, c.PosKey(), w.Partition)
 	if err != nil {
 		return 0, false, err
 	}
@@ -119,7 +121,7 @@ func (w *Worker) resolveStart() (start int64, commit bool, err error) {
 		start = w.clampToLog(start, first, posCommitted)
 		// Record where this assignment starts, so that a failover that
 		// loses this partition's first batches finds it and goes back.
-		if _, _, err := c.Positions.Record(ctx, c.Pool, c.Topic, w.Partition, start); err != nil {
+		if _, _, err := c.Positions.Record(ctx, c.Pool, c.PosKey(), w.Partition, start); err != nil {
 			return 0, false, err
 		}
 		w.DBPos = start
@@ -175,7 +177,7 @@ func (w *Worker) RecordPosition(ctx context.Context, tx pgx.Tx, items []record.I
 		return nil
 	}
 	next := items[len(items)-1].Msg.Offset + 1
-	prev, ok, err := c.Positions.Record(ctx, tx, c.Topic, w.Partition, next)
+	prev, ok, err := c.Positions.Record(ctx, tx, c.PosKey(), w.Partition, next)
 	if err != nil {
 		return record.Infra("recording the partition's position: %w", err)
 	}
@@ -244,7 +246,7 @@ func (w *Worker) IdleCheck() bool {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(w.GenCtx, 10*time.Second)
-	db, ok, err := c.Positions.Read(ctx, c.Pool, c.Topic, w.Partition)
+	db, ok, err := c.Positions.Read(ctx, c.Pool, c.PosKey(), w.Partition)
 	cancel()
 	if err != nil {
 		w.Log.Debug("checking the partition's position while idle", "err", redact.Err(err, c.Secrets...))

@@ -35,6 +35,9 @@ type Metrics struct {
 	Rewinds         *prometheus.CounterVec // topic
 	LostToRetention *prometheus.CounterVec // topic
 	DurabilityRisk  *prometheus.GaugeVec   // reason
+	// ReplayRecords counts the records a dead-letter replay processed, by
+	// outcome, once durable.
+	ReplayRecords *prometheus.CounterVec // outcome
 }
 
 // NewMetrics registers the collectors with reg.
@@ -123,6 +126,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: Namespace, Name: "records_lost_to_retention_total",
 			Help: "Records between a partition's position (Kafka's Committed offset or the database's) and the start of its log when the partition started or went back to the database's position: deleted by the topic's retention before their effects were durable, so never Processed.",
 		}, []string{"topic"}),
+		ReplayRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "replay_records_total",
+			Help: "Dead letters a replay processed, by outcome (applied, duplicates, skipped, failedAgain, parked), once durable.",
+		}, []string{"outcome"}),
 		DurabilityRisk: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "database_durability_risk",
 			Help: "1 for each way the database can lose acknowledged commits, found at start-up: reason SynchronousCommitOff (a crash) or AsynchronousStandby (a failover); 0 otherwise.",
@@ -131,7 +138,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.Processed, m.Duplicates, m.DeadLettered, m.Skipped, m.OutsideWindow, m.HandlerErrors,
 		m.InfraErrors, m.TxTimeouts, m.BatchSize, m.TxSeconds, m.CommitSeconds, m.Lag, m.Committed, m.Assigned,
-		m.Ready, m.Rebalances, m.Batches, m.DeadLetterValuesDropped, m.Rewinds, m.LostToRetention, m.DurabilityRisk,
+		m.Ready, m.Rebalances, m.Batches, m.DeadLetterValuesDropped, m.Rewinds, m.LostToRetention, m.DurabilityRisk, m.ReplayRecords,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
