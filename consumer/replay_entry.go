@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/idempotency-dev/operator/consumer/internal/broker"
-	ireplay "github.com/idempotency-dev/operator/consumer/internal/replay"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
+	ireplay "github.com/idempotency-dev/operator/consumer/internal/replay"
 	"github.com/idempotency-dev/operator/consumer/replay"
 )
 
