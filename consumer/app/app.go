@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"runtime/debug"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idempotency-dev/operator/consumer"
+	"github.com/idempotency-dev/operator/consumer/replay"
 	"github.com/idempotency-dev/operator/consumer/sink"
 	"github.com/idempotency-dev/operator/consumer/version"
 )
@@ -33,6 +35,14 @@ const (
 
 // Main runs the consumer binary and returns its exit code.
 func Main(args []string, getenv func(string) string, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == replay.Subcommand || args[0] == replay.ListSubcommand) {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if args[0] == replay.Subcommand {
+			return runReplay(ctx, args[1:], getenv, stderr)
+		}
+		return runDeadLetters(ctx, args[1:], getenv, os.Stdout, stderr)
+	}
 	opts, err := Parse(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK

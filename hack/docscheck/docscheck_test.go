@@ -103,6 +103,15 @@ func gather(t *testing.T) facts {
 		for _, m := range envInUsage.FindAllStringSubmatch(string(out), -1) {
 			f.env[m[1]] = true
 		}
+		// cmd/consumer's subcommands have flags of their own.
+		if b == "consumer" {
+			sub := exec.Command(filepath.Join(bin, b), "dead-letters", "-h")
+			sub.Env = cmd.Env
+			out, _ := sub.CombinedOutput()
+			for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
+				set[m[1]] = true
+			}
+		}
 		// --version may be handled before the flag set (cmd/consumer): probe it.
 		if out, err := exec.Command(filepath.Join(bin, b), "--version").Output(); err == nil && len(strings.TrimSpace(string(out))) > 0 {
 			set["version"] = true

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -236,4 +237,29 @@ func (cl *Clients) LogBounds(ctx context.Context, topic string, partition int) (
 		return p.FirstOffset, p.LastOffset, nil
 	}
 	return 0, 0, fmt.Errorf("listing offsets of partition %d: no answer for it", partition)
+}
+
+// Partitions lists a topic's partition numbers, in order.
+func (cl *Clients) Partitions(ctx context.Context, topic string) ([]int, error) {
+	resp, err := cl.client().Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("reading topic metadata: %w", err)
+	}
+	for _, t := range resp.Topics {
+		if t.Name != topic {
+			continue
+		}
+		if t.Error != nil {
+			return nil, fmt.Errorf("reading metadata of topic %s: %w", topic, t.Error)
+		}
+		parts := make([]int, 0, len(t.Partitions))
+		for _, p := range t.Partitions {
+			parts = append(parts, p.ID)
+		}
+		slices.Sort(parts)
+		if len(parts) > 0 {
+			return parts, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s", ErrTopicMissing, topic)
 }

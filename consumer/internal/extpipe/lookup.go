@@ -26,6 +26,10 @@ func (p *partSession) accept(batch []kafka.Message) {
 		r := &entry{fetched: now, size: int64(len(m.Key) + len(m.Value))}
 		p.w.Decode(&r.Item, m)
 		p.window = append(p.window, r)
+		if r.State == record.Passed {
+			r.status = statusDone
+			continue
+		}
 		if r.State == record.Rejected {
 			p.reject(r)
 			continue

@@ -23,9 +23,12 @@ type recJob struct {
 	succ   []*entry
 	failed []*entry
 	k      int
-	next   int64
-	hw     int64
-	err    error
+	// done are the k records' items, for the replay's counts (nil for
+	// the live consumer).
+	done []*record.Item
+	next int64
+	hw   int64
+	err  error
 }
 
 // startRecording starts a recording job for what the window holds finished,
@@ -59,6 +62,12 @@ func (p *partSession) startRecording() error {
 	if job.k > 0 {
 		last := p.window[job.k-1].Msg
 		job.next, job.hw = last.Offset+1, last.HighWaterMark
+		if p.c.Replay != nil {
+			job.done = make([]*record.Item, job.k)
+			for i, r := range p.window[:job.k] {
+				job.done[i] = &r.Item
+			}
+		}
 	}
 	if len(job.ids) == 0 && len(job.failed) == 0 && job.k == 0 {
 		return nil
@@ -82,7 +91,7 @@ func (p *partSession) runJob(job *recJob) error {
 				return err
 			}
 		}
-		if err := p.record(job.ids, job.succ, job.next); err != nil {
+		if err := p.record(job.ids, job.succ, job.done, job.next); err != nil {
 			return err
 		}
 	}
@@ -144,12 +153,12 @@ func (p *partSession) recorded(job *recJob) error {
 // record runs the recording transaction, retrying while the generation lasts
 // (after it ended, once). next < 0 records no position. Once it commits,
 // records of other partitions waiting for these ids (claims) are released.
-func (p *partSession) record(ids []uuid.UUID, succ []*entry, next int64) error {
+func (p *partSession) record(ids []uuid.UUID, succ []*entry, done []*record.Item, next int64) error {
 	w, c := p.w, p.c
 	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
 	for {
 		start := time.Now()
-		outside, err := p.recordOnce(ids, succ, next)
+		outside, err := p.recordOnce(ids, succ, done, next)
 		if err == nil {
 			c.Metrics.TxSeconds.Observe(time.Since(start).Seconds())
 			c.Health.DBSucceeded()
@@ -183,8 +192,9 @@ func (p *partSession) record(ids []uuid.UUID, succ []*entry, next int64) error {
 }
 
 // recordOnce is one attempt of the recording transaction. It returns which
-// ids were outside the dedup window (not recorded), nil if none was.
-func (p *partSession) recordOnce(ids []uuid.UUID, succ []*entry, next int64) (outside []bool, err error) {
+// ids were outside the dedup window (not recorded), nil if none was. A
+// replay's counts of the done records go in it with the position.
+func (p *partSession) recordOnce(ids []uuid.UUID, succ []*entry, done []*record.Item, next int64) (outside []bool, err error) {
 	w, c := p.w, p.c
 	ctx, cancel := context.WithTimeout(w.HardCtx, 30*time.Second)
 	defer cancel()
@@ -194,7 +204,7 @@ func (p *partSession) recordOnce(ids []uuid.UUID, succ []*entry, next int64) (ou
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after Commit
 	if next >= 0 {
-		prev, ok, err := c.Positions.Record(ctx, tx, c.Topic, w.Partition, next)
+		prev, ok, err := c.Positions.Record(ctx, tx, c.PosKey(), w.Partition, next)
 		if err != nil {
 			return nil, record.Infra("recording the partition's position: %w", err)
 		}
@@ -215,6 +225,11 @@ func (p *partSession) recordOnce(ids []uuid.UUID, succ []*entry, next int64) (ou
 					"offset", r.Ev.Offset, "eventId", r.Ev.ID)
 				outside = res.Outside
 			}
+		}
+	}
+	if r := c.Replay; r != nil && next >= 0 {
+		if err := r.Record(ctx, tx, w, done); err != nil {
+			return nil, record.Infra("recording the replay's counts: %w", err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -108,7 +108,7 @@ func (w *Worker) resolveStart() (start int64, commit bool, err error) {
 			w.Log.Info("no committed offset, and the partition is new to the group: reading it from its start whatever the StartOffset policy (all of its records are new; latest would skip those written before its first assignment)",
 				"why", why, "startOffset", c.StartOffset, "offset", first)
 			start = first
-		} else {
+		} else if w.Gen != nil {
 			w.Log.Info("no committed offset: starting from the StartOffset policy's offset", "startOffset", c.StartOffset, "offset", start)
 		}
 	}
@@ -116,7 +116,7 @@ func (w *Worker) resolveStart() (start int64, commit bool, err error) {
 	if c.DisableDedup {
 		return w.clampToLog(start, first, posCommitted), commit, nil
 	}
-	db, ok, err := c.Positions.Read(ctx, c.Pool, c.Topic, w.Partition)
+	db, ok, err := c.Positions.Read(ctx, c.Pool, c.PosKey(), w.Partition)
 	if err != nil {
 		return 0, false, err
 	}
@@ -125,7 +125,7 @@ func (w *Worker) resolveStart() (start int64, commit bool, err error) {
 		start = w.clampToLog(start, first, posCommitted)
 		// Record where this assignment starts, so that a failover that
 		// loses this partition's first batches finds it and goes back.
-		if _, _, err := c.Positions.Record(ctx, c.Pool, c.Topic, w.Partition, start); err != nil {
+		if _, _, err := c.Positions.Record(ctx, c.Pool, c.PosKey(), w.Partition, start); err != nil {
 			return 0, false, err
 		}
 		w.DBPos = start
@@ -211,7 +211,7 @@ func (w *Worker) RecordPosition(ctx context.Context, tx pgx.Tx, items []record.I
 		return nil
 	}
 	next := items[len(items)-1].Msg.Offset + 1
-	prev, ok, err := c.Positions.Record(ctx, tx, c.Topic, w.Partition, next)
+	prev, ok, err := c.Positions.Record(ctx, tx, c.PosKey(), w.Partition, next)
 	if err != nil {
 		return record.Infra("recording the partition's position: %w", err)
 	}
@@ -280,7 +280,7 @@ func (w *Worker) IdleCheck() bool {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(w.GenCtx, 10*time.Second)
-	db, ok, err := c.Positions.Read(ctx, c.Pool, c.Topic, w.Partition)
+	db, ok, err := c.Positions.Read(ctx, c.Pool, c.PosKey(), w.Partition)
 	cancel()
 	if err != nil {
 		w.Log.Debug("checking the partition's position while idle", "err", redact.Err(err, c.Secrets...))

@@ -16,12 +16,17 @@ import (
 	"github.com/idempotency-dev/operator/consumer/internal/record"
 	"github.com/idempotency-dev/operator/consumer/internal/redact"
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/trace"
 )
 
+// Deps is what the partitions of a consumer (or of a dead-letter replay)
+// share.
 type Deps struct {
+	// Topic is the topic the partitions are read from: the consumed topic,
+	// or the dead-letter topic for a replay.
 	Topic           string
 	Group           string
 	StartOffset     string // the StartOffset policy's name, for the log
@@ -35,6 +40,13 @@ type Deps struct {
 	// DisableDedup skips the dedup insert and the positions (benchmark
 	// baseline only).
 	DisableDedup bool
+	// PositionsKey is the topic column of the partitions' rows in the
+	// positions table; empty: Topic. A replay keeps its progress under a
+	// key of its own that no Kafka topic can have, never the live group's.
+	PositionsKey string
+	// Replay is set when the partitions replay dead letters (nil for the
+	// live consumer): see internal/replay.
+	Replay Replay
 
 	Log         *slog.Logger
 	Secrets     []string
@@ -51,8 +63,36 @@ type Deps struct {
 	Known *KnownPartitions
 }
 
+// Replay is what a dead-letter replay changes in the record step shared with
+// the live consumer; the pipelines call it only when Deps.Replay is set.
+type Replay interface {
+	// Decode fills it from the dead letter m: the original event as the
+	// live consumer read it (it.Msg stays m, whose offset the positions
+	// use), or State record.Passed for a record the replay passes over.
+	Decode(w *Worker, it *record.Item, m kafka.Message)
+	// Record runs in the transaction that records the position after
+	// items (each item's outcome final): it stores their outcomes with it.
+	Record(ctx context.Context, tx pgx.Tx, w *Worker, items []*record.Item) error
+	// DeadLetter builds the record a replayed event that failed again is
+	// written back to the dead-letter topic as.
+	DeadLetter(it *record.Item, now time.Time) kafka.Message
+	// Committed reports that the partition's position reached next
+	// durably, with its outcomes and write-backs.
+	Committed(w *Worker, next int64)
+}
+
+// PosKey is the topic column of the partitions' positions.
+func (c *Deps) PosKey() string {
+	if c.PositionsKey != "" {
+		return c.PositionsKey
+	}
+	return c.Topic
+}
+
 type Worker struct {
-	D         *Deps
+	D *Deps
+	// Gen is the group generation; nil for a replay, which commits no
+	// offsets to Kafka (its progress is its positions).
 	Gen       *kafka.Generation
 	Partition int
 	Offset    int64                   // the committed offset the assignment came with
@@ -71,6 +111,12 @@ type Worker struct {
 	// Span is the context of the current batch's span, which Decode gives
 	// each record; invalid when tracing is off.
 	Span trace.SpanContext
+	// Without a generation (a replay): Until is the offset the worker
+	// stops at (Commit calls Stop once the position reaches it), Shares
+	// the partitions sharing the memory budget.
+	Until  int64
+	Stop   context.CancelFunc
+	Shares int
 }
 
 var ErrAbandoned = errors.New("batch abandoned")
@@ -78,9 +124,15 @@ var ErrAbandoned = errors.New("batch abandoned")
 func (w *Worker) Run(genCtx context.Context, pipeline func(*Worker)) {
 	c := w.D
 	w.GenCtx = genCtx
-	w.Log = c.Log.With("partition", w.Partition, "generation", w.Gen.ID)
+	shares := w.Shares
+	if w.Gen != nil {
+		w.Log = c.Log.With("partition", w.Partition, "generation", w.Gen.ID)
+		shares = len(w.Gen.Assignments[c.Topic])
+	} else {
+		w.Log = c.Log.With("partition", w.Partition)
+	}
 	// The memory budget is shared by the partitions of this generation.
-	w.Mem = c.Mem.ForPartitions(len(w.Gen.Assignments[c.Topic]), c.Envelope.MaxBytes)
+	w.Mem = c.Mem.ForPartitions(max(shares, 1), c.Envelope.MaxBytes)
 	defer w.Mem.Release()
 	w.Reader = kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        c.Clients.Brokers,
@@ -114,8 +166,21 @@ func (w *Worker) Run(genCtx context.Context, pipeline func(*Worker)) {
 	pipeline(w)
 }
 
+// Commit commits next as the partition's offset, retrying while the
+// generation lasts; false when the worker should stop. Without a generation
+// (a replay) nothing is committed to Kafka: the position is already in the
+// database, and the worker stops once it reaches Until.
 func (w *Worker) Commit(next, highWater int64) bool {
 	c := w.D
+	if w.Gen == nil {
+		if c.Replay != nil && highWater >= 0 {
+			c.Replay.Committed(w, next)
+		}
+		if next >= w.Until && w.Stop != nil {
+			w.Stop()
+		}
+		return w.GenCtx.Err() == nil
+	}
 	bo := backoff.New(backoff.DefaultInitial, c.RetryBackoffMax)
 	for {
 		start := time.Now()
@@ -163,6 +228,10 @@ func (w *Worker) Pause(d time.Duration) bool {
 }
 
 func (w *Worker) Decode(it *record.Item, m kafka.Message) {
+	if r := w.D.Replay; r != nil {
+		r.Decode(w, it, m)
+		return
+	}
 	record.Decode(it, m, w.Span, w.D.Envelope, w.D.Policies)
 }
 
@@ -173,6 +242,10 @@ func (w *Worker) DeadLetter(items []record.Item) error {
 	for i := range items {
 		it := &items[i]
 		if it.State == record.Rejected && it.Policy == event.PolicyDeadLetter {
+			if c.Replay != nil {
+				msgs = append(msgs, c.Replay.DeadLetter(it, now))
+				continue
+			}
 			msgs = append(msgs, c.DeadLetters.Message(it, now))
 		}
 	}

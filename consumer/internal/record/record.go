@@ -19,6 +19,9 @@ const (
 	Handled                // the handler succeeded
 	Duplicate              // the id was processed before
 	Rejected               // a reason applies; its policy says what happens
+	// Passed is a record a dead-letter replay passes over (not selected):
+	// done with no effect, the position moves past it.
+	Passed
 )
 
 // Item is one record of a batch and what became of it.

@@ -40,6 +40,9 @@ type Metrics struct {
 	// durable: its effect and dedup row committed, its dead letter written,
 	// or it found a duplicate.
 	EndToEnd *prometheus.HistogramVec // topic
+	// ReplayRecords counts the records a dead-letter replay processed, by
+	// outcome, once durable.
+	ReplayRecords *prometheus.CounterVec // outcome
 }
 
 // ObserveEndToEnd observes, for each record time in ts, the time since it
@@ -144,6 +147,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from a record's timestamp (the producer's, or the broker's log append time) to its outcome being durable: its effect and dedup row Committed, its dead letter written, or found a duplicate.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"topic"}),
+		ReplayRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "replay_records_total",
+			Help: "Dead letters a replay processed, by outcome (applied, duplicates, skipped, failedAgain, parked), once durable.",
+		}, []string{"outcome"}),
 		DurabilityRisk: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "database_durability_risk",
 			Help: "1 for each way the database can lose acknowledged commits, found at start-up: reason SynchronousCommitOff (a crash) or AsynchronousStandby (a failover); 0 otherwise.",
@@ -153,7 +160,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.Processed, m.Duplicates, m.DeadLettered, m.Skipped, m.OutsideWindow, m.HandlerErrors,
 		m.InfraErrors, m.TxTimeouts, m.BatchSize, m.TxSeconds, m.CommitSeconds, m.Lag, m.Committed, m.Assigned,
 		m.Ready, m.Rebalances, m.Batches, m.DeadLetterValuesDropped, m.Rewinds, m.LostToRetention, m.DurabilityRisk,
-		m.EndToEnd,
+		m.EndToEnd, m.ReplayRecords,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

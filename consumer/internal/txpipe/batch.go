@@ -322,6 +322,11 @@ func (w *batcher) transact(items []record.Item) error {
 			return err
 		}
 	}
+	if r := c.Replay; r != nil {
+		if err := r.Record(ctx, tx, w.Worker, record.Ptrs(items)); err != nil {
+			return record.Infra("recording the replay's counts: %w", err)
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		// If the commit did happen after all, the retry finds every id
 		// already recorded and runs no handler: the effect stays single.

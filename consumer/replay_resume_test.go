@@ -1,0 +1,72 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idempotency-dev/operator/consumer"
+	"github.com/idempotency-dev/operator/consumer/replay"
+)
+
+// TestReplay_CancelledResumes: a replay stopped mid-way reports an
+// incomplete result with what it did; the same id resumes, applies nothing
+// twice and reports the whole run's counts.
+func TestReplay_CancelledResumes(t *testing.T) {
+	e := newEnv(t)
+	e.dumpLogsOnFailure(t)
+	const n = 60
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = newID(t)
+		e.failIDs.Store(ids[i], consumer.Permanent(errors.New("bug")))
+		e.kafka.Produce(t, e.topic, event(ids[i], 0, ""))
+	}
+	r := e.start(e.config(), nil)
+	e.waitCaughtUp(t, 30*time.Second)
+	readAll(t, e.kafka.Brokers(), e.dlq, 0, n, 20*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		e.failIDs.Delete(id)
+	}
+	spec := replay.Spec{ID: "slow", Mode: replay.ModeApply, RatePerSecond: 40}
+	small := func(c *consumer.Config) { c.BatchSize = 5 }
+	c, err := consumer.New(e.config(small), e.handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	first, err := c.Replay(ctx, spec)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Complete || first.Applied == 0 || first.Applied >= n || first.Error == "" {
+		t.Fatalf("first run: %+v; want incomplete with some applied", first)
+	}
+	if rows, _ := e.effects(t); int64(rows) != first.Applied {
+		t.Fatalf("%d effects, the result says %d applied", rows, first.Applied)
+	}
+	c, err = consumer.New(e.config(small), e.handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spec.RatePerSecond = 0
+	second, err := c.Replay(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (replay.Counts{Selected: n, Applied: n}); second.Counts != want || !second.Complete {
+		t.Fatalf("resumed: %+v, want %+v", second, want)
+	}
+	if rows, distinct := e.effects(t); rows != n || distinct != n {
+		t.Fatalf("effects: %d rows, %d ids; want %d", rows, distinct, n)
+	}
+}
