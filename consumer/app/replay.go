@@ -102,7 +102,7 @@ func writeResult(file string, res replay.Result) error {
 			return err
 		}
 	}
-	return os.WriteFile(file, b, 0o644)
+	return os.WriteFile(file, b, 0o600)
 }
 
 // runDeadLetters is the dead-letters subcommand: the selection by flags, the
