@@ -80,6 +80,23 @@ func usesPlatforms(obj *kafkav1alpha1.IdempotentConsumer) bool {
 	return obj.Spec.Database.CloudNativePG != nil || obj.Spec.Kafka.Strimzi != nil
 }
 
+// platformSecretNames are the Secrets the platform integrations read, known
+// from the spec alone (for the Secret watch's index): a change to one, or
+// its creation, reconciles the object at once.
+func platformSecretNames(obj *kafkav1alpha1.IdempotentConsumer) []string {
+	var names []string
+	if c := obj.Spec.Database.CloudNativePG; c != nil {
+		names = append(names, c.Cluster+"-app", c.Cluster+"-ca")
+		if c.ConsumerRole != nil {
+			names = append(names, c.ConsumerRole.SecretRef.Name)
+		}
+	}
+	if sz := obj.Spec.Kafka.Strimzi; sz != nil {
+		names = append(names, obj.Name, sz.Cluster+"-cluster-ca-cert", PlatformSecretName(obj))
+	}
+	return names
+}
+
 // resolvePlatforms fills obj's spec in memory from the platform objects and
 // sets status.platform. A problem says why it could not (yet).
 func (r *IdempotentConsumerReconciler) resolvePlatforms(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, write bool) (*problem, error) {
