@@ -19,6 +19,9 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -31,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
@@ -253,6 +257,8 @@ func TestPlatformsEnvtest(t *testing.T) {
 		}
 	})
 
+	t.Run("Samples", func(t *testing.T) { testPlatformSamples(t, te) })
+
 	t.Run("UserOwnedKafkaUserIsNotOverwritten", func(t *testing.T) {
 		te.platformObject(t, strimziUserGVK, ns, "mine", map[string]any{"authentication": map[string]any{"type": "tls"}}, nil)
 		te.create(t, newConsumer(ns, "mine", withStrimzi("kc")))
@@ -286,4 +292,54 @@ func TestPlatformSecretIndex(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("indexSecretRefs = %v, want %v", got, want)
 	}
+}
+
+// testPlatformSamples creates every object of config/samples/platforms
+// (docs/platforms.md shows the same YAML) through the API server with the
+// stand-in CRDs, and the Strimzi sample gets its KafkaUser.
+func testPlatformSamples(t *testing.T, te *testEnv) {
+	ns := te.namespace(t)
+	for _, file := range []string{"cloudnativepg.yaml", "strimzi.yaml"} {
+		f, err := os.Open(filepath.Join("..", "config", "samples", "platforms", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
+		n := 0
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			u.SetNamespace(ns)
+			if err := te.c.Create(context.Background(), u); err != nil {
+				t.Errorf("%s: creating %s %s: %v", file, u.GetKind(), u.GetName(), err)
+			}
+			n++
+		}
+		_ = f.Close()
+		if n == 0 {
+			t.Errorf("%s: no objects", file)
+		}
+	}
+	// Strimzi's Cluster Operator reports the listeners.
+	kafka, err := te.getPlatform(t, strimziKafkaGVK, ns, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kafka.Object["status"] = map[string]any{"listeners": []any{
+		map[string]any{"name": "tls", "bootstrapServers": "events-kafka-bootstrap." + ns + ".svc:9093"}}}
+	if err := te.c.Status().Update(context.Background(), kafka); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the Strimzi sample's KafkaUser", func() (bool, string) {
+		_, err := te.getPlatform(t, strimziUserGVK, ns, "payments")
+		return err == nil, conditionsSummary(te.get(t, ns, "payments"))
+	})
+	te.waitCondition(t, ns, "orders", kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonCNPGSecretNotFound)
 }
