@@ -299,7 +299,18 @@ func TestPlatformSecretIndex(t *testing.T) {
 // stand-in CRDs, and the Strimzi sample gets its KafkaUser.
 func testPlatformSamples(t *testing.T, te *testEnv) {
 	ns := te.namespace(t)
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "platforms.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, file := range []string{"cloudnativepg.yaml", "strimzi.yaml"} {
+		sample, err := os.ReadFile(filepath.Join("..", "config", "samples", "platforms", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(doc), "```yaml\n"+string(sample)+"```") {
+			t.Errorf("docs/platforms.md does not show config/samples/platforms/%s exactly", file)
+		}
 		f, err := os.Open(filepath.Join("..", "config", "samples", "platforms", file))
 		if err != nil {
 			t.Fatal(err)
