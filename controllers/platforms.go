@@ -48,9 +48,9 @@ import (
 // nothing is watched, so a manager without these CRDs starts unchanged. A
 // wait (KafkaUser not Ready) polls.
 
-// +kubebuilder:rbac:groups=postgresql.cnpg.io,resources=clusters;poolers,verbs=get;list;watch
-// +kubebuilder:rbac:groups=kafka.strimzi.io,resources=kafkas,verbs=get;list;watch
-// +kubebuilder:rbac:groups=kafka.strimzi.io,resources=kafkausers;kafkatopics,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=postgresql.cnpg.io,resources=clusters;poolers,verbs=get
+// +kubebuilder:rbac:groups=kafka.strimzi.io,resources=kafkas,verbs=get
+// +kubebuilder:rbac:groups=kafka.strimzi.io,resources=kafkausers;kafkatopics,verbs=get;create;update;patch;delete
 
 var (
 	cnpgClusterGVK  = schema.GroupVersionKind{Group: "postgresql.cnpg.io", Version: "v1", Kind: "Cluster"}
