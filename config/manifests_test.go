@@ -251,6 +251,12 @@ func TestDefaultOverlay(t *testing.T) {
 		"kafka.idempotency.dev/deadletterreplays/status":       {"get", "patch", "update"},
 		"keda.sh/scaledobjects":                                {"create", "delete", "get", "patch"},
 		"keda.sh/triggerauthentications":                       {"create", "delete", "get", "patch"},
+		// docs/platforms.md: read by name, never listed or watched.
+		"postgresql.cnpg.io/clusters":  {"get"},
+		"postgresql.cnpg.io/poolers":   {"get"},
+		"kafka.strimzi.io/kafkas":      {"get"},
+		"kafka.strimzi.io/kafkausers":  {"create", "delete", "get", "patch", "update"},
+		"kafka.strimzi.io/kafkatopics": {"create", "delete", "get", "patch", "update"},
 	}
 	for _, rule := range role.Rules {
 		for _, g := range rule.APIGroups {

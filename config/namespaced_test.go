@@ -67,6 +67,22 @@ func TestNamespacedOverlay(t *testing.T) {
 			}
 		}
 	}
+	// The platform kinds (docs/platforms.md) are in the rules it binds:
+	// read CloudNativePG and Kafka, write KafkaUsers and KafkaTopics.
+	role := typed(t, find(objs, "ClusterRole", prefix+"manager-role"), &rbacv1.ClusterRole{})
+	for _, want := range []struct{ group, resource, verb string }{
+		{"postgresql.cnpg.io", "clusters", "get"}, {"postgresql.cnpg.io", "poolers", "get"},
+		{"kafka.strimzi.io", "kafkas", "get"}, {"kafka.strimzi.io", "kafkausers", "create"},
+		{"kafka.strimzi.io", "kafkatopics", "update"},
+	} {
+		var ok bool
+		for _, r := range role.Rules {
+			ok = ok || slices.Contains(r.APIGroups, want.group) && slices.Contains(r.Resources, want.resource) && slices.Contains(r.Verbs, want.verb)
+		}
+		if !ok {
+			t.Errorf("manager-role cannot %s %s.%s", want.verb, want.resource, want.group)
+		}
+	}
 	slices.Sort(watched)
 	slices.Sort(bound)
 	if !slices.Equal(watched, bound) {

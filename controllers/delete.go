@@ -87,6 +87,9 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 		return ctrl.Result{}, fmt.Errorf("reading Deployment %s: %w", dep.Name, err)
 	}
 
+	if _, err := r.resolvePlatforms(ctx, obj, false); err != nil { // platforms.go
+		return ctrl.Result{}, err
+	}
 	orig := obj.DeepCopy()
 	s := &reconcileState{obj: obj, now: r.Clock.Now()}
 	table := tableOf(obj)

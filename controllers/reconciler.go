@@ -211,8 +211,21 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 		return ctrl.Result{}, err
 	}
 
+	// platforms.go: CloudNativePG and Strimzi references become the
+	// ordinary refs, in memory, before anything reads them.
+	platformStatus := obj.Status.Platform.DeepCopy()
+	platformProb, err := r.resolvePlatforms(ctx, obj, !obj.Spec.Suspend)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	orig := obj.DeepCopy()
+	orig.Status.Platform = platformStatus
 	s := &reconcileState{obj: obj, now: r.Clock.Now()}
+	if platformProb != nil {
+		s.retry(platformProb.reason, platformProb.message)
+		s.requeue(platformPollInterval)
+		return r.finish(ctx, orig, s)
+	}
 	if obj.Spec.Suspend {
 		r.markSuspended(s)
 		if r.rollout != nil {

@@ -184,10 +184,14 @@ func indexSecretRefs(o client.Object) []string {
 	}
 	seen := map[string]bool{}
 	var names []string
+	refNames := make([]string, 0, 8)
 	for _, ref := range secretRefs(obj) {
-		if !seen[ref.Name] {
-			seen[ref.Name] = true
-			names = append(names, ref.Name)
+		refNames = append(refNames, ref.Name)
+	}
+	for _, name := range append(refNames, platformSecretNames(obj)...) { // platforms.go
+		if name != "" && !seen[name] {
+			seen[name] = true
+			names = append(names, name)
 		}
 	}
 	return names

@@ -119,7 +119,7 @@ func testInvalidObjectsRejected(t *testing.T, te *testEnv) {
 		{"missing topic", []func(map[string]any){del("spec.kafka.topic")}, "spec.kafka.topic: Required value"},
 		{"missing group", []func(map[string]any){del("spec.kafka.groupID")}, "spec.kafka.groupID: Required value"},
 		{"missing database", []func(map[string]any){del("spec.database")}, "spec.database: Required value"},
-		{"missing url secret", []func(map[string]any){del("spec.database.urlSecretRef")}, "spec.database.urlSecretRef: Required value"},
+		{"missing url secret", []func(map[string]any){del("spec.database.urlSecretRef")}, "set exactly one of database.urlSecretRef and database.cloudNativePG"},
 		{"missing secret key", []func(map[string]any){del("spec.database.urlSecretRef.key")}, "spec.database.urlSecretRef.key: Required value"},
 		{"missing sink", []func(map[string]any){del("spec.consumer.sink")}, "spec.consumer.sink: Required value"},
 		// Kafka.

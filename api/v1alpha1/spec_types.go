@@ -83,15 +83,25 @@ type AutoscalingSpec struct {
 
 // KafkaSpec says where the consumer reads from and how it authenticates.
 // +kubebuilder:validation:XValidation:rule="!has(self.deadLetterTopic) || self.deadLetterTopic != self.topic",message="deadLetterTopic must differ from topic"
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrapServers) != has(self.strimzi)",message="set exactly one of kafka.bootstrapServers and kafka.strimzi"
+// +kubebuilder:validation:XValidation:rule="!has(self.strimzi) || (!has(self.tls) && !has(self.sasl))",message="with kafka.strimzi the operator wires the KafkaUser's Secret and the cluster CA: leave tls and sasl unset"
 type KafkaSpec struct {
 	// bootstrapServers are the brokers to bootstrap from, as host:port.
-	// +required
+	// Exactly one of bootstrapServers and strimzi.
+	// +optional
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=261
 	// +kubebuilder:validation:items:Pattern=`^(\[[0-9a-fA-F:.]+\]|[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?):[0-9]{1,5}$`
 	// +listType=set
-	BootstrapServers []string `json:"bootstrapServers"`
+	BootstrapServers []string `json:"bootstrapServers,omitempty"`
+
+	// strimzi names a Strimzi Kafka cluster instead of bootstrapServers,
+	// tls and sasl: the operator keeps a KafkaUser (and the dead-letter
+	// KafkaTopic) for this consumer and wires their Secrets in
+	// (docs/platforms.md).
+	// +optional
+	Strimzi *StrimziSpec `json:"strimzi,omitempty"`
 
 	// topic to consume.
 	// +required
@@ -165,6 +175,9 @@ type KafkaSASL struct {
 }
 
 // DatabaseSpec says where the processed_event table lives.
+// +kubebuilder:validation:XValidation:rule="has(self.urlSecretRef) != has(self.cloudNativePG)",message="set exactly one of database.urlSecretRef and database.cloudNativePG"
+// +kubebuilder:validation:XValidation:rule="has(self.cloudNativePG) == has(oldSelf.cloudNativePG)",message="database.cloudNativePG cannot be added or removed: another database has none of this object's dedup history"
+// +kubebuilder:validation:XValidation:rule="!has(self.cloudNativePG) || (!has(self.consumerURLSecretRef) && !has(self.caSecretRef))",message="with database.cloudNativePG the operator takes the consumer URL and CA from the cluster: leave consumerURLSecretRef and caSecretRef unset"
 type DatabaseSpec struct {
 	// urlSecretRef selects a Secret key holding a PostgreSQL connection URL
 	// (postgres://user:password@host:5432/db?sslmode=require). The operator uses
@@ -176,9 +189,16 @@ type DatabaseSpec struct {
 	// object's dedup history does not exist, and every event still in the
 	// topic would be processed again. Rotate credentials by changing the
 	// Secret's value; to move to another database create a new object.
-	// +required
+	// Exactly one of urlSecretRef and cloudNativePG.
+	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="database.urlSecretRef is immutable: another Secret may point at another database, without this object's dedup history, and every event still in the topic would be processed again. Rotate credentials by changing the Secret's value; to move to another database create a new IdempotentConsumer (docs/runbooks.md)"
-	URLSecretRef SecretKeyRef `json:"urlSecretRef"`
+	URLSecretRef SecretKeyRef `json:"urlSecretRef,omitzero"`
+
+	// cloudNativePG names a CloudNativePG Cluster (and optionally a Pooler)
+	// instead of URL Secrets (docs/platforms.md). Exactly one of
+	// urlSecretRef and cloudNativePG; neither can be swapped for the other.
+	// +optional
+	CloudNativePG *CloudNativePGSpec `json:"cloudNativePG,omitempty"`
 
 	// consumerURLSecretRef selects a Secret key holding the connection URL
 	// the consumer pods use, as a PostgreSQL role of their own (create it

@@ -115,6 +115,11 @@ type IdempotentConsumerStatus struct {
 	// what it last changed.
 	// +optional
 	IdempotencyKey *IdempotencyKeyStatus `json:"idempotencyKey,omitempty"`
+
+	// platform says which CloudNativePG and Strimzi objects, Secrets and
+	// endpoints were used (docs/platforms.md).
+	// +optional
+	Platform *PlatformStatus `json:"platform,omitempty"`
 }
 
 // IdempotencyKeyStatus records the HTTP sink's Idempotency-Key template.
