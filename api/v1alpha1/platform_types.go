@@ -180,7 +180,7 @@ const (
 	ReasonCNPGClusterNotFound = "CNPGClusterNotFound"
 	// ReasonCNPGSecretNotFound: the Cluster's "-app" or "-ca" Secret, or the
 	// consumer role's Secret, does not exist (yet).
-	ReasonCNPGSecretNotFound = "CNPGSecretNotFound"
+	ReasonCNPGSecretNotFound = "CNPGSecretNotFound" //nolint:gosec // G101: a condition reason, not a credential
 	// ReasonKafkaClusterNotFound: the named Strimzi Kafka does not exist, or
 	// has no listener of that name in its status yet.
 	ReasonKafkaClusterNotFound = "KafkaClusterNotFound"
