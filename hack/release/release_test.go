@@ -111,9 +111,31 @@ func TestBuildInstaller(t *testing.T) {
 		}
 	}
 
-	crds := decode(t, filepath.Join(dist, "crds.yaml"))
-	if len(crds) != 1 || crds[0].GetKind() != "CustomResourceDefinition" {
-		t.Errorf("crds.yaml: want exactly the CRD, got %d objects", len(crds))
+	// crds.yaml carries every CRD of config/crd/bases and nothing else.
+	bases, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+	if err != nil || len(bases) == 0 {
+		t.Fatalf("config/crd/bases: %v (%d files)", err, len(bases))
+	}
+	wantCRDs := map[string]bool{}
+	for _, b := range bases {
+		for _, o := range decode(t, b) {
+			wantCRDs[o.GetName()] = false
+		}
+	}
+	for _, o := range decode(t, filepath.Join(dist, "crds.yaml")) {
+		if o.GetKind() != "CustomResourceDefinition" {
+			t.Errorf("crds.yaml has %s %s: want only CustomResourceDefinitions", o.GetKind(), o.GetName())
+			continue
+		}
+		if _, ok := wantCRDs[o.GetName()]; !ok {
+			t.Errorf("crds.yaml has CRD %s that config/crd/bases does not define", o.GetName())
+		}
+		wantCRDs[o.GetName()] = true
+	}
+	for name, seen := range wantCRDs {
+		if !seen {
+			t.Errorf("crds.yaml lacks CRD %s", name)
+		}
 	}
 }
 
