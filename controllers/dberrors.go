@@ -46,9 +46,14 @@ func classifyDatabaseError(err error) (reason string, transient bool) {
 		layout *dedup.LayoutError
 		newer  *dedup.LayoutVersionError
 		lock   *dedup.LockError
+		pooler *dedup.TransactionPoolerError
 		netErr net.Error
 	)
 	switch {
+	case errors.As(err, &pooler):
+		// Retried: the pooler's mode can change without a change to the
+		// object; a new Secret brings the object back at once.
+		return kafkav1alpha1.ReasonTransactionPooler, true
 	case errors.As(err, &urlErr), errors.As(err, &tlsErr):
 		return kafkav1alpha1.ReasonInvalidURL, false
 	case errors.As(err, &verErr):
@@ -159,6 +164,11 @@ func describeDatabaseError(reason string, err error) string {
 		return "The table was laid out by a newer operator release than this one (a downgrade); this release does not touch it (no partitions created or dropped, no drop on deletion). Run the newer release again: " + err.Error()
 	case kafkav1alpha1.ReasonLockNotAvailable:
 		return "A lock on the table stayed busy; retrying: " + err.Error()
+	case kafkav1alpha1.ReasonTransactionPooler:
+		return "spec.database.urlSecretRef reaches PostgreSQL through a pooler in transaction mode (PgBouncer pool_mode=transaction, or a CloudNativePG Pooler in that mode); " +
+			"the operator's table maintenance needs a session of its own (a session advisory lock, DETACH PARTITION CONCURRENTLY), so nothing was changed. " +
+			"Point urlSecretRef at PostgreSQL directly (CloudNativePG: the <cluster>-rw Service) or at a session-mode pooler, and the consumer at the transaction pooler with " +
+			"spec.database.consumerURLSecretRef and CONSUMER_DATABASE_POOLER=transaction (docs/database-secrets.md); retrying"
 	}
 	return err.Error()
 }

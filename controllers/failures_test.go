@@ -73,6 +73,26 @@ func testFailures(t *testing.T, te *testEnv) {
 		assertNoSecretLeak(t, te, ns, wrongPassword, bad)
 	})
 
+	t.Run("TransactionPooler", func(t *testing.T) {
+		// The operator's URL through PgBouncer in transaction mode: refused
+		// before any DDL, with the reason that names the fix; the direct
+		// URL then makes it Ready.
+		ns := te.namespace(t)
+		direct := consumertest.DatabaseURL(t)
+		te.secret(t, ns, "db", map[string]string{"url": consumertest.StartPgBouncer(t, direct)})
+		te.create(t, newConsumer(ns, "c"))
+		got := te.waitCondition(t, ns, "c", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, kafkav1alpha1.ReasonTransactionPooler)
+		if c := got.GetCondition(kafkav1alpha1.ConditionDatabaseReady); !strings.Contains(c.Message, "consumerURLSecretRef") {
+			t.Errorf("DatabaseReady message %q does not name the fix", c.Message)
+		}
+		conn := pgConn(t, direct)
+		if tableExists(t, conn, "public", "processed_event") {
+			t.Error("the table was created through the transaction pooler")
+		}
+		te.setSecret(t, ns, "db", map[string]string{"url": direct})
+		te.waitReady(t, ns, "c")
+	})
+
 	t.Run("WrongPassword", func(t *testing.T) {
 		ns := te.namespace(t)
 		good := consumertest.DatabaseURL(t)

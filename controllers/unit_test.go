@@ -275,6 +275,7 @@ func TestClassifyDatabaseError(t *testing.T) {
 	}{
 		{&InvalidURLError{}, kafkav1alpha1.ReasonInvalidURL, false},
 		{fmt.Errorf("ensuring: %w", &pgconn.PgError{Code: "28P01"}), kafkav1alpha1.ReasonAuthenticationFailed, false},
+		{fmt.Errorf("ensuring: %w", &dedup.TransactionPoolerError{Table: "public.t"}), kafkav1alpha1.ReasonTransactionPooler, true},
 		{&pgconn.PgError{Code: "3D000"}, kafkav1alpha1.ReasonDatabaseNotFound, false},
 		{&pgconn.PgError{Code: "42501"}, kafkav1alpha1.ReasonPermissionDenied, false},
 		{&pgconn.PgError{Code: "57P03"}, kafkav1alpha1.ReasonDatabaseUnreachable, true},

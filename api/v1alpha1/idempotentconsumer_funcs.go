@@ -124,6 +124,10 @@ const (
 	// manager's --database-host-allowlist does not list; the operator did
 	// not connect.
 	ReasonDatabaseHostNotAllowed = "DatabaseHostNotAllowed"
+	// ReasonTransactionPooler: spec.database.urlSecretRef reaches PostgreSQL
+	// through a pooler in transaction mode, which does not keep the session
+	// the operator's table maintenance needs; nothing was changed.
+	ReasonTransactionPooler = "DatabaseBehindTransactionPooler"
 	// ReasonConsumerGroupInUse: another object registered the same consumer
 	// group on the shared table.
 	ReasonConsumerGroupInUse = "ConsumerGroupInUse"

@@ -21,13 +21,20 @@ import (
 // installed, and fails instead under CI.
 func StartPgBouncer(tb testing.TB, upstream string) string {
 	tb.Helper()
+	return StartPgBouncerMode(tb, upstream, "transaction")
+}
+
+// StartPgBouncerMode is StartPgBouncer with PgBouncer's pool_mode set to
+// mode: "session", "transaction" or "statement".
+func StartPgBouncerMode(tb testing.TB, upstream, mode string) string {
+	tb.Helper()
 	if _, err := exec.LookPath("pgbouncer"); err != nil {
 		if os.Getenv("CI") != "" {
 			tb.Fatal("consumertest: pgbouncer is not installed (Debian package pgbouncer; .ci/run installs it)")
 		}
 		tb.Skip("pgbouncer is not installed (apt-get install pgbouncer)")
 	}
-	pooled, stop, err := StartPgBouncerProcess(upstream)
+	pooled, stop, err := startPgBouncer(upstream, mode)
 	if err != nil {
 		tb.Fatalf("consumertest: %v", err)
 	}
@@ -38,6 +45,15 @@ func StartPgBouncer(tb testing.TB, upstream string) string {
 // StartPgBouncerProcess is StartPgBouncer outside a test: it returns the
 // pooled URL and a function that stops PgBouncer and removes its files.
 func StartPgBouncerProcess(upstream string) (pooled string, stop func(), err error) {
+	return startPgBouncer(upstream, "transaction")
+}
+
+func startPgBouncer(upstream, mode string) (pooled string, stop func(), err error) {
+	switch mode {
+	case "session", "transaction", "statement":
+	default:
+		return "", nil, fmt.Errorf("pgbouncer pool_mode %q: want session, transaction or statement", mode)
+	}
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		return "", nil, fmt.Errorf("pgbouncer is not installed (Debian package pgbouncer): %w", err)
@@ -88,14 +104,14 @@ listen_addr = 127.0.0.1
 listen_port = %d
 unix_socket_dir =
 auth_type = any
-pool_mode = transaction
+pool_mode = %s
 default_pool_size = 20
 max_client_conn = 500
 server_reset_query =
 ignore_startup_parameters = extra_float_digits
 logfile = %s
 pidfile = %s
-`, db, u.Hostname(), u.Port(), db, u.User.Username(), pass, port,
+`, db, u.Hostname(), u.Port(), db, u.User.Username(), pass, port, mode,
 		filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
 	cfg := filepath.Join(dir, "pgbouncer.ini")
 	if err := os.WriteFile(cfg, []byte(ini), 0o600); err != nil {

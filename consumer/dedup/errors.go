@@ -151,3 +151,20 @@ type OutsideWindowError struct {
 func (e *OutsideWindowError) Error() string {
 	return fmt.Sprintf("event id %s (time %s) is outside the dedup window %s", e.ID, EventTime(e.ID).Format(time.RFC3339Nano), e.Window)
 }
+
+// TransactionPoolerError is a maintenance connection that is not a session
+// of its own: a pooler in transaction mode (PgBouncer's pool_mode =
+// transaction, a CloudNativePG Pooler in that mode) hands the server
+// connection to another client after each transaction, so the table's
+// session advisory lock, the session's settings and DETACH CONCURRENTLY
+// would outlive this client's hold on it. Nothing was changed.
+type TransactionPoolerError struct {
+	Table string // schema-qualified
+}
+
+func (e *TransactionPoolerError) Error() string {
+	return fmt.Sprintf("maintaining %s needs a database session of its own (a session advisory lock, DETACH PARTITION CONCURRENTLY), "+
+		"but this connection goes through a pooler in transaction mode (PgBouncer pool_mode=transaction, or a CloudNativePG Pooler in that mode), "+
+		"which gives the server connection to other clients between transactions; connect the maintainer directly to PostgreSQL "+
+		"(or through a pooler in session mode) and only the consumer through the transaction pooler", e.Table)
+}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // clientGrace is how much longer than statement_timeout the client waits
@@ -79,6 +81,10 @@ func (e *Engine) connLocking(ctx context.Context) (*pgx.Conn, func(maybeLocked *
 func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
 	conn, put, err := e.connLocking(ctx)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := e.checkSession(ctx, conn); err != nil {
+		put(nil)
 		return nil, nil, err
 	}
 	// Try-lock in a loop rather than pg_advisory_lock, which would be cut
@@ -222,4 +228,69 @@ func lockErr(op string, err error) error {
 		return &LockError{Op: op, Attempts: 1, Err: err}
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// checkSession makes sure conn is a server session of its own for as long
+// as the client holds it, as the advisory lock, the SETs above and DETACH
+// CONCURRENTLY need. Directly connected, the backend's pid is the one the
+// server announced at start-up (BackendKeyData): one query. A proxy such as
+// PgBouncer announces a key of its own; then a second connection opens a
+// transaction and both ask for their backend: a pooler in transaction mode
+// has handed conn's server connection to the other client (PgBouncer reuses
+// the most recently released one first), or gives conn another one, and
+// the answer is a *TransactionPoolerError; in session mode conn keeps its
+// own. Simple protocol throughout: a transaction pooler keeps no prepared
+// statement.
+func (e *Engine) checkSession(ctx context.Context, conn *pgx.Conn) error {
+	pid, err := e.backendPID(ctx, conn.PgConn())
+	if err != nil {
+		return fmt.Errorf("asking for the server's backend: %w", err)
+	}
+	if pid == conn.PgConn().PID() {
+		return nil
+	}
+	bctx, cancel := e.bounded(ctx)
+	defer cancel()
+	probe, err := pgconn.ConnectConfig(bctx, conn.Config().Config.Copy())
+	if err != nil {
+		return fmt.Errorf("opening a second connection to check that the pooler between this client and PostgreSQL keeps a session: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clientGrace)
+		defer cancel()
+		_ = probe.Close(cctx)
+	}()
+	if err := probe.Exec(bctx, "BEGIN").Close(); err != nil {
+		return fmt.Errorf("checking the pooler: %w", err)
+	}
+	other, err := e.backendPID(ctx, probe)
+	if err != nil {
+		return fmt.Errorf("checking the pooler: %w", err)
+	}
+	again, err := e.backendPID(ctx, conn.PgConn())
+	if err != nil {
+		return fmt.Errorf("checking the pooler: %w", err)
+	}
+	if other == pid || again != pid {
+		return &TransactionPoolerError{Table: e.table.String()}
+	}
+	return nil
+}
+
+// backendPID is pg_backend_pid() of the server session that answers on c.
+func (e *Engine) backendPID(ctx context.Context, c *pgconn.PgConn) (uint32, error) {
+	ctx, cancel := e.bounded(ctx)
+	defer cancel()
+	res, err := c.Exec(ctx, "SELECT pg_catalog.pg_backend_pid()").ReadAll()
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return 0, errors.New("pg_backend_pid() returned no single value")
+	}
+	pid, err := strconv.ParseUint(string(res[0].Rows[0][0]), 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("pg_backend_pid() returned %q: %w", res[0].Rows[0][0], err)
+	}
+	return uint32(pid), nil
 }
