@@ -257,6 +257,58 @@ func TestPlatformsEnvtest(t *testing.T) {
 		}
 	})
 
+	t.Run("StrimziMutualTLS", func(t *testing.T) {
+		// authentication: tls: a KafkaUser of type tls, and the consumer
+		// gets the User Operator's user.crt/user.key and the cluster CA as
+		// files, with no SASL.
+		te.create(t, newConsumer(ns, "m", withStrimzi("kc"), withTable("m_event"), func(o *kafkav1alpha1.IdempotentConsumer) {
+			o.Spec.Kafka.Strimzi.Authentication = kafkav1alpha1.StrimziTLS
+		}))
+		var user *unstructured.Unstructured
+		eventually(t, 30*time.Second, "the KafkaUser of type tls", func() (bool, string) {
+			u, err := te.getPlatform(t, strimziUserGVK, ns, "m")
+			if err != nil {
+				return false, err.Error()
+			}
+			user = u
+			typ, _, _ := unstructured.NestedString(u.Object, "spec", "authentication", "type")
+			return typ == "tls", "authentication type " + typ
+		})
+		crt, key, err := ca.IssueServer("m") // any pair the CA signed does for the operator's key-pair check
+		if err != nil {
+			t.Fatal(err)
+		}
+		te.secret(t, ns, "m", map[string]string{"user.crt": string(crt), "user.key": string(key), "ca.crt": ca.PEM})
+		user.Object["status"] = map[string]any{"username": "CN=m", "secret": "m",
+			"conditions": []any{map[string]any{"type": "Ready", "status": "True"}}}
+		if err := te.c.Status().Update(ctx, user); err != nil {
+			t.Fatal(err)
+		}
+		var dep appsv1.Deployment
+		eventually(t, 30*time.Second, "the consumer Deployment with the KafkaUser's certificate", func() (bool, string) {
+			if err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "m-consumer"}, &dep); err != nil {
+				return false, err.Error() + "; " + conditionsSummary(te.get(t, ns, "m"))
+			}
+			return true, ""
+		})
+		env := envMap(dep.Spec.Template.Spec.Containers[0].Env)
+		if env["CONSUMER_TLS_ENABLED"] != "true" || env["CONSUMER_SASL_MECHANISM"] != "" {
+			t.Errorf("TLS %q, SASL mechanism %q: want TLS and no SASL", env["CONSUMER_TLS_ENABLED"], env["CONSUMER_SASL_MECHANISM"])
+		}
+		files := map[string]string{}
+		for _, v := range dep.Spec.Template.Spec.Volumes {
+			if v.Secret != nil && len(v.Secret.Items) == 1 {
+				files[v.Name] = v.Secret.SecretName + "/" + v.Secret.Items[0].Key
+			}
+		}
+		want := map[string]string{"kafka-tls-ca": "kc-cluster-ca-cert/ca.crt", "kafka-tls-cert": "m/user.crt", "kafka-tls-key": "m/user.key"}
+		for vol, src := range want {
+			if files[vol] != src {
+				t.Errorf("volume %s from %q, want %q (volumes %v)", vol, files[vol], src, files)
+			}
+		}
+	})
+
 	t.Run("Samples", func(t *testing.T) { testPlatformSamples(t, te) })
 
 	t.Run("UserOwnedKafkaUserIsNotOverwritten", func(t *testing.T) {
