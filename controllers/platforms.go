@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
+	"github.com/idempotency-dev/operator/consumer/envvars"
 )
 
 // Platform integrations (docs/platforms.md). Before the phases run, the
@@ -204,6 +205,17 @@ func (r *IdempotentConsumerReconciler) resolveCNPG(ctx context.Context, obj *kaf
 		}
 		consumerHost = c.Pooler // the Pooler's Service is named after it
 		port = "5432"
+		// CloudNativePG's default pool mode is session: a server to the
+		// consumer. In transaction mode the runtime must be told
+		// (docs/database-secrets.md); a value the user set wins.
+		mode, _, _ := unstructured.NestedString(pooler.Object, "spec", "pgbouncer", "poolMode")
+		if mode == "" {
+			mode = "session"
+		}
+		ds.ConsumerPoolMode = mode
+		if mode == "transaction" && !hasEnv(obj.Spec.Consumer.Env, envvars.DatabasePooler) {
+			obj.Spec.Consumer.Env = append(obj.Spec.Consumer.Env, corev1.EnvVar{Name: envvars.DatabasePooler, Value: "transaction"})
+		}
 	}
 	user, password := string(app.Data["username"]), string(app.Data["password"])
 	if user == "" {
@@ -224,6 +236,15 @@ func (r *IdempotentConsumerReconciler) resolveCNPG(ctx context.Context, obj *kaf
 	obj.Spec.Database.ConsumerURLSecretRef = &kafkav1alpha1.SecretKeyRef{Name: PlatformSecretName(obj), Key: "uri"}
 	ds.ConsumerEndpoint = u.Host
 	return nil, nil
+}
+
+func hasEnv(env []corev1.EnvVar, name string) bool {
+	for _, e := range env {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *IdempotentConsumerReconciler) readCNPGSecret(ctx context.Context, namespace, name, what string) (*corev1.Secret, *problem, error) {

@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -159,6 +160,60 @@ func TestPlatformsEnvtest(t *testing.T) {
 		cl, err := te.getPlatform(t, cnpgClusterGVK, ns, "pg")
 		if err != nil || cl.GetGeneration() != 1 || len(cl.GetOwnerReferences()) != 0 {
 			t.Errorf("Cluster changed: generation %d owners %v err %v", cl.GetGeneration(), cl.GetOwnerReferences(), err)
+		}
+	})
+
+	t.Run("CloudNativePGPoolerAndRole", func(t *testing.T) {
+		// The consumer through a transaction-mode Pooler as a managed role:
+		// its URL (in the "<name>-platform" Secret) names the Pooler's
+		// Service and the role, and it is told the pool mode; DDL stays on
+		// the read-write Service as the owner.
+		te.platformObject(t, cnpgPoolerGVK, ns, "pg-pooler-rw", map[string]any{
+			"cluster": map[string]any{"name": "pg"}, "instances": int64(1), "type": "rw",
+			"pgbouncer": map[string]any{"poolMode": "transaction"},
+		}, nil)
+		te.secret(t, ns, "orders-consumer-role", map[string]string{"username": "orders_consumer", "password": "role-pw"})
+		te.create(t, newConsumer(ns, "pooled", withCNPG("pg"), withTable("pooled_event"), func(o *kafkav1alpha1.IdempotentConsumer) {
+			o.Spec.Database.CloudNativePG.Pooler = "pg-pooler-rw"
+			o.Spec.Database.CloudNativePG.ConsumerRole = &kafkav1alpha1.CloudNativePGRole{
+				Name: "orders_consumer", SecretRef: kafkav1alpha1.LocalObjectName{Name: "orders-consumer-role"}}
+		}))
+		var dep appsv1.Deployment
+		eventually(t, 30*time.Second, "the consumer Deployment through the Pooler", func() (bool, string) {
+			if err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pooled-consumer"}, &dep); err != nil {
+				return false, err.Error() + "; " + conditionsSummary(te.get(t, ns, "pooled"))
+			}
+			return true, ""
+		})
+		env := envMap(dep.Spec.Template.Spec.Containers[0].Env)
+		if env["CONSUMER_DATABASE_POOLER"] != "transaction" {
+			t.Errorf("CONSUMER_DATABASE_POOLER %q, want transaction (the Pooler's poolMode)", env["CONSUMER_DATABASE_POOLER"])
+		}
+		var urlRef string
+		for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "CONSUMER_DATABASE_URL" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				urlRef = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+			}
+		}
+		if urlRef != "pooled-platform/uri" {
+			t.Errorf("CONSUMER_DATABASE_URL from %q, want pooled-platform/uri", urlRef)
+		}
+		var sec corev1.Secret
+		if err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "pooled-platform"}, &sec); err != nil {
+			t.Fatal(err)
+		}
+		u, err := url.Parse(string(sec.Data["uri"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pw, _ := u.User.Password(); u.Host != "pg-pooler-rw:5432" || u.User.Username() != "orders_consumer" || pw != "role-pw" || u.Path != "/postgres" {
+			t.Errorf("consumer URL host %q user %q path %q: want the Pooler's Service as orders_consumer", u.Host, u.User.Username(), u.Path)
+		}
+		got := te.get(t, ns, "pooled")
+		want := &kafkav1alpha1.PlatformDatabaseStatus{OwnerSecret: "pg-app", CASecret: "pg-ca", DDLEndpoint: "localhost:5432",
+			ConsumerSecret: "orders-consumer-role", ConsumerEndpoint: "pg-pooler-rw:5432", ConsumerPoolMode: "transaction"}
+		if got.Status.Platform == nil || !reflect.DeepEqual(got.Status.Platform.Database, want) {
+			t.Errorf("status.platform.database %+v, want %+v", got.Status.Platform, want)
 		}
 	})
 

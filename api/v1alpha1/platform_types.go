@@ -152,6 +152,11 @@ type PlatformDatabaseStatus struct {
 	// Pooler's Service when spec.database.cloudNativePG.pooler is set).
 	// +optional
 	ConsumerEndpoint string `json:"consumerEndpoint,omitempty"`
+	// consumerPoolMode is the Pooler's spec.pgbouncer.poolMode ("session"
+	// by default); with "transaction" the consumer gets
+	// CONSUMER_DATABASE_POOLER=transaction unless spec.consumer.env sets it.
+	// +optional
+	ConsumerPoolMode string `json:"consumerPoolMode,omitempty"`
 }
 
 // PlatformKafkaStatus is what the Strimzi integration used.
