@@ -324,3 +324,13 @@ func (c *Consumer) result(runCtx context.Context) error {
 	}
 	return cause
 }
+
+// SetMemoryBudget follows a new memory budget while the Consumer runs (an
+// in-place resize of its container): the batches' half takes it at once
+// (after a shrink, records wait until what is held fits), the readers with
+// the next rebalance's plans. It changes nothing for a Consumer created
+// without a budget (Config.MemoryBudget 0), and budget 0 does not lift one.
+// Safe for concurrent use.
+func (c *Consumer) SetMemoryBudget(budget int64) {
+	c.mem.Resize(budget)
+}

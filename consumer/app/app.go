@@ -68,7 +68,6 @@ func run(ctx context.Context, opts Options, stderr io.Writer) int {
 	opts.Consumer.Logger = log
 	resolveMemoryLimit(&opts, hostCgroup, log)
 	applyMemoryLimit(opts, log)
-	go followMemoryLimit(ctx, opts, hostCgroup, log)
 
 	handler, external, err := buildSink(ctx, opts, log)
 	if err != nil {
@@ -101,6 +100,7 @@ func run(ctx context.Context, opts Options, stderr io.Writer) int {
 		log.Error("invalid configuration", "err", configError(err))
 		return ExitConfig
 	}
+	go followMemoryLimit(ctx, opts, hostCgroup, log, c.SetMemoryBudget)
 	// The runtime redacts its errors and dead-letter headers with its own
 	// list, which knows only the database and SASL passwords.
 	if err := c.AddSecrets(opts.Secrets...); err != nil {

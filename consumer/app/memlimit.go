@@ -113,10 +113,11 @@ func resolveMemoryLimit(opts *Options, c cgroupFS, log *slog.Logger) {
 
 // followMemoryLimit reads the cgroup's limit every memoryRecheck until ctx
 // ends and, when an in-place resize changed it, sets the Go memory limit
-// again (unless GOMEMLIMIT is set). The record budget sizes the readers and
-// the batches' semaphore when the consumer starts; a resize reaches it with
-// the next start of the process (a restart, or the next rollout).
-func followMemoryLimit(ctx context.Context, opts Options, c cgroupFS, log *slog.Logger) {
+// again (unless GOMEMLIMIT is set) and passes the record budget derived
+// from it to setBudget (Consumer.SetMemoryBudget: the batches at once, the
+// readers at the next rebalance; a consumer started without a limit stays
+// unbounded).
+func followMemoryLimit(ctx context.Context, opts Options, c cgroupFS, log *slog.Logger, setBudget func(int64)) {
 	current := opts.MemoryLimit
 	t := time.NewTicker(memoryRecheck)
 	defer t.Stop()
@@ -132,6 +133,9 @@ func followMemoryLimit(ctx context.Context, opts Options, c cgroupFS, log *slog.
 		}
 		log.Info("the cgroup's memory limit changed (an in-place resize)", "file", file, "from", current, "to", limit)
 		current = limit
+		if limit > 0 && setBudget != nil {
+			setBudget(percentOf(limit, MemoryBudgetPercent))
+		}
 		if opts.GoMemLimitSet {
 			continue
 		}

@@ -99,7 +99,8 @@ func TestMemoryLimitFollowsResize(t *testing.T) {
 	applyMemoryLimit(o, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); followMemoryLimit(ctx, o, c, log) }()
+	budgets := make(chan int64, 4)
+	go func() { defer close(done); followMemoryLimit(ctx, o, c, log, func(b int64) { budgets <- b }) }()
 	defer func() { cancel(); <-done }()
 
 	if err := os.WriteFile(filepath.Join(c.root, "memory.max"), []byte("1073741824\n"), 0o600); err != nil {
@@ -112,5 +113,14 @@ func TestMemoryLimitFollowsResize(t *testing.T) {
 		} else if time.Now().After(deadline) {
 			t.Fatalf("after the resize to 1 GiB the Go memory limit is %d, want %d", got, want)
 		}
+	}
+	// The record budget follows too (Consumer.SetMemoryBudget).
+	select {
+	case got := <-budgets:
+		if want := int64(1<<30) * MemoryBudgetPercent / 100; got != want {
+			t.Fatalf("record budget after the resize %d, want %d", got, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the record budget was not passed on after the resize")
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
-	"golang.org/x/sync/semaphore"
 )
 
 // The memory budget (Config.MemoryBudget) bounds the bytes of records the
@@ -88,38 +87,55 @@ func plan(budget int64, partitions, maxEventBytes int) Plan {
 // Budget is the process-wide part of the memory budget: the batches'
 // byte semaphore and the in-flight bytes gauge.
 type Budget struct {
-	budget int64
-	// sem bounds the batches' bytes to batchCap; nil without a budget.
-	sem      *semaphore.Weighted
-	batchCap int64
-	inflight atomic.Int64
+	// budget sizes the plans of the next generation (ForPartitions); Resize
+	// changes it.
+	budget atomic.Int64
+	// sem bounds the batches' bytes to half the budget; nil without a
+	// budget. A record larger than that takes it alone.
+	sem         *sem
+	budgetGauge prometheus.Gauge
+	inflight    atomic.Int64
 	peak     atomic.Int64 // highest inflight seen (Peak)
 	gauge    prometheus.Gauge
 }
 
 func New(budget int64, reg prometheus.Registerer) (*Budget, error) {
 	b := &Budget{
-		budget: budget,
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: telemetry.Namespace, Name: "inflight_bytes",
 			Help: "Bytes (keys, values and headers) of the records taken from the partition readers and not done yet, all partitions together.",
 		}),
 	}
-	budgetGauge := prometheus.NewGauge(prometheus.GaugeOpts{
+	b.budget.Store(budget)
+	b.budgetGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: telemetry.Namespace, Name: "memory_budget_bytes",
 		Help: "The memory budget the readers and batches are sized to (0: unbounded).",
 	})
-	budgetGauge.Set(float64(budget))
-	for _, col := range []prometheus.Collector{b.gauge, budgetGauge} {
+	b.budgetGauge.Set(float64(budget))
+	for _, col := range []prometheus.Collector{b.gauge, b.budgetGauge} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("registering memory budget metrics: %w", err)
 		}
 	}
 	if budget > 0 {
-		b.batchCap = max(budget/2, 1)
-		b.sem = semaphore.NewWeighted(b.batchCap)
+		b.sem = newSem(max(budget/2, 1))
 	}
 	return b, nil
+}
+
+// Resize follows a new budget (an in-place resize of the container's
+// memory): the batches' half at once (after a shrink, new records wait
+// until what is held fits), the readers with the next generation's plans.
+// A budget that was unbounded stays so, and a bounded one is not lifted (0
+// is ignored): the readers were sized without, or with, a bound for the
+// process's life.
+func (b *Budget) Resize(budget int64) {
+	if b.sem == nil || budget <= 0 {
+		return
+	}
+	b.budget.Store(budget)
+	b.budgetGauge.Set(float64(budget))
+	b.sem.Resize(max(budget/2, 1))
 }
 
 func (b *Budget) add(n int64) {
@@ -138,9 +154,8 @@ func (b *Budget) add(n int64) {
 type Partition struct {
 	b    *Budget
 	Plan Plan
-	// held is what the current batch acquired from the semaphore (acquired)
-	// and counts in the gauge (bytes); they differ only for a record larger
-	// than the semaphore, which acquires all of it.
+	// What the current batch holds of the semaphore (acquired; 0 without a
+	// budget) and counts in the gauge (bytes).
 	acquired, bytes int64
 	batchBytes      int64 // bytes of the batch being collected
 	// carry is a record fetched from the reader that did not fit in the
@@ -151,7 +166,7 @@ type Partition struct {
 // ForPartitions returns a worker's share when partitions are assigned to the
 // process in the generation.
 func (b *Budget) ForPartitions(partitions, maxEventBytes int) *Partition {
-	return &Partition{b: b, Plan: plan(b.budget, partitions, maxEventBytes)}
+	return &Partition{b: b, Plan: plan(b.budget.Load(), partitions, maxEventBytes)}
 }
 
 func msgBytes(m *kafka.Message) int64 {
@@ -189,15 +204,14 @@ func (p *Partition) TakeCarry(r interface{ Offset() int64 }) (kafka.Message, boo
 
 // First accounts for a batch's first record, waiting for the semaphore if
 // other partitions' batches hold it. A record larger than the whole
-// semaphore acquires all of it, so it goes through alone.
+// semaphore waits until nothing else is held and then goes through alone.
 func (p *Partition) First(ctx context.Context, m *kafka.Message) error {
 	n := msgBytes(m)
 	if p.b.sem != nil {
-		w := min(n, p.b.batchCap)
-		if err := p.b.sem.Acquire(ctx, w); err != nil {
+		if err := p.b.sem.Acquire(ctx, n); err != nil {
 			return err
 		}
-		p.acquired += w
+		p.acquired += n
 	}
 	p.bytes += n
 	p.batchBytes = n
@@ -230,12 +244,12 @@ func (p *Partition) Next(m *kafka.Message) bool {
 // Hold accounts for one record held outside a batch (the external
 // handlers' window, where records finish one by one) until releaseRecord:
 // it waits for the semaphore while other records hold the budget. A record
-// larger than the semaphore takes all of it. The caller bounds the
+// larger than the semaphore goes through alone. The caller bounds the
 // partition's own bytes to plan.batchBytes. Safe for concurrent use.
 func (p *Partition) Hold(ctx context.Context, m *kafka.Message) error {
 	n := msgBytes(m)
 	if p.b.sem != nil {
-		if err := p.b.sem.Acquire(ctx, min(n, p.b.batchCap)); err != nil {
+		if err := p.b.sem.Acquire(ctx, n); err != nil {
 			return err
 		}
 	}
@@ -248,7 +262,7 @@ func (p *Partition) ReleaseRecord(m *kafka.Message) {
 	n := msgBytes(m)
 	p.b.add(-n)
 	if p.b.sem != nil {
-		p.b.sem.Release(min(n, p.b.batchCap))
+		p.b.sem.Release(n)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -175,5 +176,66 @@ func TestMemBudgetHoldRecord(t *testing.T) {
 	p.ReleaseRecord(small)
 	if b.inflight.Load() != 0 || b.Peak() != 3<<20 {
 		t.Fatalf("in flight %d peak %d", b.inflight.Load(), b.Peak())
+	}
+}
+
+// An in-place resize reaches the batches at once and the readers with the
+// next generation's plans; a shrink lets nothing new in until what is held
+// fits.
+func TestMemBudgetResize(t *testing.T) {
+	b := newTestBudget(t, 4<<20) // batches: 2 MiB
+	ctx := context.Background()
+	p := b.ForPartitions(1, 64<<10)
+	if err := p.First(ctx, msgOf(0, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	before := b.ForPartitions(4, 64<<10).Plan
+
+	b.Resize(2 << 20) // batches: 1 MiB, of which 1 MiB is held
+	q := b.ForPartitions(4, 64<<10)
+	if q.Plan == before || q.Plan != plan(2<<20, 4, 64<<10) {
+		t.Fatalf("plan after the shrink %+v, want %+v (before %+v)", q.Plan, plan(2<<20, 4, 64<<10), before)
+	}
+	if q.Next(msgOf(10, 1)) {
+		t.Fatal("a record got in after a shrink left no room")
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := q.First(waitCtx, msgOf(11, 1)); err == nil {
+		t.Fatal("a first record got in while the shrunk budget was full")
+	}
+	done := make(chan error, 1)
+	go func() { done <- q.First(ctx, msgOf(11, 1)) }()
+	time.Sleep(20 * time.Millisecond)
+	b.Resize(8 << 20) // batches: 4 MiB: the waiter fits now
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting record was not let in after the budget grew")
+	}
+	if !q.Next(msgOf(12, 64<<10)) {
+		t.Fatal("a record within the grown budget was refused")
+	}
+	p.Release()
+	q.Release()
+	if got := b.inflight.Load(); got != 0 {
+		t.Fatalf("in flight %d after every release, want 0", got)
+	}
+	if got := testutil.ToFloat64(b.budgetGauge); got != 8<<20 {
+		t.Fatalf("memory_budget_bytes %v, want %d", got, 8<<20)
+	}
+
+	// Unbounded stays unbounded; 0 does not lift a bound.
+	u := newTestBudget(t, 0)
+	u.Resize(1 << 20)
+	if u.sem != nil || u.budget.Load() != 0 {
+		t.Fatal("an unbounded budget took a bound")
+	}
+	b.Resize(0)
+	if b.budget.Load() != 8<<20 {
+		t.Fatal("Resize(0) lifted the bound")
 	}
 }
