@@ -95,8 +95,8 @@ type Budget struct {
 	sem         *sem
 	budgetGauge prometheus.Gauge
 	inflight    atomic.Int64
-	peak     atomic.Int64 // highest inflight seen (Peak)
-	gauge    prometheus.Gauge
+	peak        atomic.Int64 // highest inflight seen (Peak)
+	gauge       prometheus.Gauge
 }
 
 func New(budget int64, reg prometheus.Registerer) (*Budget, error) {
