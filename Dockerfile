@@ -23,13 +23,16 @@ COPY consumer/ consumer/
 COPY controllers/ controllers/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w -X github.com/idempotency-dev/operator/consumer/version.version=${VERSION} -X github.com/idempotency-dev/operator/consumer/version.revision=${REVISION}" -o /out/ ./cmd/manager ./cmd/consumer ./cmd/dedup-migrate
+    go build -trimpath -ldflags="-s -w -X github.com/idempotency-dev/operator/consumer/version.version=${VERSION} -X github.com/idempotency-dev/operator/consumer/version.revision=${REVISION}" -o /out/ ./cmd/manager ./cmd/consumer ./cmd/dedup-migrate ./cmd/dedupctl
 
 FROM gcr.io/distroless/static:nonroot AS consumer
 WORKDIR /
 COPY --from=builder /out/consumer /consumer
 # The migration tool for legacy processed_event tables (docs/migration.md) rides along.
 COPY --from=builder /out/dedup-migrate /dedup-migrate
+# dedupctl keeps a table where no operator runs (docs/dedupctl.md): a CronJob
+# or a sidecar of this image runs `/dedupctl maintain --every 1h`.
+COPY --from=builder /out/dedupctl /dedupctl
 USER 65532:65532
 ENTRYPOINT ["/consumer"]
 

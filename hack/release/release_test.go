@@ -155,3 +155,30 @@ func TestBinariesPrintVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerfileShipsTheTools: the images carry every command a user runs
+// in a cluster (cmd/ but the development broker): built by the builder
+// stage and copied into an image.
+func TestDockerfileShipsTheTools(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	cmds, err := filepath.Glob(filepath.Join(root, "cmd", "*", "main.go"))
+	if err != nil || len(cmds) == 0 {
+		t.Fatalf("cmd/*/main.go: %v (%d)", err, len(cmds))
+	}
+	for _, m := range cmds {
+		name := filepath.Base(filepath.Dir(m))
+		if name == "devbroker" {
+			continue // a development broker, never in an image
+		}
+		if !strings.Contains(df, " ./cmd/"+name) {
+			t.Errorf("Dockerfile does not build ./cmd/%s", name)
+		}
+		if !strings.Contains(df, "COPY --from=builder /out/"+name+" /"+name) {
+			t.Errorf("Dockerfile copies /out/%s into no image", name)
+		}
+	}
+}
