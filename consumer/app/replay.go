@@ -50,10 +50,23 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	log := newLogger(opts, stderr)
 	opts.Consumer.Logger = log
+	// The Job runs with the consumer's resources: the same memory limit,
+	// record budget and tracing as a live run.
+	resolveMemoryLimit(&opts, hostCgroup, log)
+	applyMemoryLimit(opts, log)
 	handler, external, err := buildSink(ctx, opts, log)
 	if err != nil {
 		log.Error("invalid sink configuration", "err", err)
 		return ExitConfig
+	}
+	if opts.Tracing && opts.Consumer.TracerProvider == nil {
+		tp, err := newTracerProvider(ctx, opts.Getenv, opts.Consumer.Group)
+		if err != nil {
+			log.Error("invalid tracing configuration", "err", err)
+			return ExitConfig
+		}
+		defer shutdownTracing(tp, log)
+		opts.Consumer.TracerProvider = tp
 	}
 	var c *consumer.Consumer
 	if external != nil {
@@ -68,6 +81,7 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 		log.Error("invalid configuration", "err", configError(err))
 		return ExitConfig
 	}
+	go followMemoryLimit(ctx, opts, hostCgroup, log, c.SetMemoryBudget)
 	res, err := c.Replay(ctx, spec)
 	if err != nil && res.Error == "" {
 		res.Error = redact(err.Error(), opts.Secrets)
