@@ -410,6 +410,12 @@ func (e *Engine) ensureClaim(ctx context.Context) error {
 		return fmt.Errorf("ensuring claim functions of %s: %w", e.table, err)
 	}
 	defer release()
+	return e.ensureClaimOn(ctx, conn)
+}
+
+// ensureClaimOn is ensureClaim on a session that holds the table's advisory
+// lock (EnsureTable runs it on its own session).
+func (e *Engine) ensureClaimOn(ctx context.Context, conn *pgx.Conn) error {
 	marker, err := jsonLiteral(claimMarker{ClaimOf: e.table.String(), Version: claimVersion})
 	if err != nil {
 		return err

@@ -26,12 +26,22 @@ import (
 // table whose marker has come to name another owner meanwhile (adopted by
 // another object between the two calls).
 func (e *Engine) EnsureTable(ctx context.Context, owner string) error {
-	err := e.ensureTable(ctx, owner)
+	if err := ValidateOwner(owner); err != nil {
+		return fmt.Errorf("ensuring table %s: %w", e.table, err)
+	}
+	// One session (and one take of the lock) for the three steps: each
+	// commits on its own, as it would on sessions of their own.
+	conn, release, err := e.session(ctx)
+	if err != nil {
+		return fmt.Errorf("ensuring table %s: %w", e.table, err)
+	}
+	defer release()
+	err = e.ensureTable(ctx, conn, owner)
 	if err == nil {
-		err = e.ensurePositions(ctx) // positions.go; added to tables of older versions too
+		err = e.ensurePositionsOn(ctx, conn) // positions.go; added to tables of older versions too
 	}
 	if err == nil {
-		err = e.ensureClaim(ctx) // claim.go; installed or upgraded on every ensure
+		err = e.ensureClaimOn(ctx, conn) // claim.go; installed or upgraded on every ensure
 	}
 	if err == nil {
 		e.setOwner(owner)
@@ -39,15 +49,7 @@ func (e *Engine) EnsureTable(ctx context.Context, owner string) error {
 	return err
 }
 
-func (e *Engine) ensureTable(ctx context.Context, owner string) error {
-	if err := ValidateOwner(owner); err != nil {
-		return fmt.Errorf("ensuring table %s: %w", e.table, err)
-	}
-	conn, release, err := e.session(ctx)
-	if err != nil {
-		return fmt.Errorf("ensuring table %s: %w", e.table, err)
-	}
-	defer release()
+func (e *Engine) ensureTable(ctx context.Context, conn *pgx.Conn, owner string) error {
 	st, err := e.observe(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("ensuring table %s: %w", e.table, err)

@@ -82,6 +82,29 @@ func (e *Engine) lockKey(ctx context.Context, conn *pgx.Conn) (int64, error) {
 	}
 }
 
+// lockKeyAgain is lockKey once the lock on key is held: the lock table was
+// checked (owner, marker, privileges) before the lock was taken, and only
+// its owner can have replaced it since, so the key is read again with one
+// statement. The legacy key, and a lock table gone meanwhile, take
+// lockKey's whole path.
+func (e *Engine) lockKeyAgain(ctx context.Context, conn *pgx.Conn, key int64) (int64, error) {
+	if key == e.legacyLockKey() {
+		return e.lockKey(ctx, conn)
+	}
+	var now int64
+	qctx, cancel := e.bounded(ctx)
+	err := conn.QueryRow(qctx, "SELECT key FROM "+e.lockIdent()).Scan(&now)
+	cancel()
+	var pgErr *pgconn.PgError
+	if errors.Is(err, pgx.ErrNoRows) || errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return e.lockKey(ctx, conn)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the lock key from %s: %w", e.lockName(), err)
+	}
+	return now, nil
+}
+
 // readLockKey reads the key; found is false when there is no lock table (or
 // no row in it yet). A lock table that another role owns, or whose marker
 // does not name this table, is a *NameConflictError; privileges on it of

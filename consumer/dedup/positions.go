@@ -67,6 +67,12 @@ func (e *Engine) ensurePositions(ctx context.Context) error {
 		return fmt.Errorf("ensuring positions table of %s: %w", e.table, err)
 	}
 	defer release()
+	return e.ensurePositionsOn(ctx, conn)
+}
+
+// ensurePositionsOn is ensurePositions on a session that holds the table's advisory
+// lock (EnsureTable runs it on its own session).
+func (e *Engine) ensurePositionsOn(ctx context.Context, conn *pgx.Conn) error {
 	ok, err := e.checkPositions(ctx, conn)
 	if err != nil || ok {
 		return err

@@ -24,7 +24,7 @@ const clientGrace = 5 * time.Second
 // transaction, or when it may hold the table's advisory lock that could not
 // be released. Closing ends the backend, and so frees whatever it held.
 func (e *Engine) conn(ctx context.Context) (*pgx.Conn, func(maybeLocked bool), error) {
-	conn, release, err := e.connLocking(ctx)
+	conn, _, release, err := e.connLocking(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -32,25 +32,27 @@ func (e *Engine) conn(ctx context.Context) (*pgx.Conn, func(maybeLocked bool), e
 }
 
 // connLocking is conn whose release takes the advisory lock key the
-// connection may hold (nil: none).
-func (e *Engine) connLocking(ctx context.Context) (*pgx.Conn, func(maybeLocked *int64), error) {
+// connection may hold (nil: none). pid is the server's backend for the
+// connection (pg_backend_pid(), asked with the settings: see checkSession).
+// Setting up and giving back cost a round trip each.
+func (e *Engine) connLocking(ctx context.Context) (*pgx.Conn, uint32, func(maybeLocked *int64), error) {
 	actx, cancel := e.bounded(ctx)
 	pc, err := e.pool.Acquire(actx)
 	cancel()
 	if err != nil {
-		return nil, nil, fmt.Errorf("acquiring connection: %w", err)
+		return nil, 0, nil, fmt.Errorf("acquiring connection: %w", err)
 	}
 	conn := pc.Conn()
 	release := func(maybeLocked *int64) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clientGrace)
 		defer cancel()
-		var err error
+		sql := "RESET lock_timeout; RESET statement_timeout; RESET search_path"
 		if maybeLocked != nil {
-			_, err = conn.Exec(cctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, *maybeLocked)
+			// A session lock is released at once, also inside the
+			// simple query's implicit transaction.
+			sql = fmt.Sprintf("SELECT pg_catalog.pg_advisory_unlock(%d); ", *maybeLocked) + sql
 		}
-		if err == nil {
-			err = conn.PgConn().Exec(cctx, "RESET lock_timeout; RESET statement_timeout; RESET search_path").Close()
-		}
+		err := conn.PgConn().Exec(cctx, sql).Close()
 		if err != nil || conn.PgConn().TxStatus() != 'I' {
 			_ = pc.Hijack().Close(cctx)
 			return
@@ -64,12 +66,13 @@ func (e *Engine) connLocking(ctx context.Context) (*pgx.Conn, func(maybeLocked *
 	// sends is qualified too (pg_catalog.x, schema.table); the pinned path
 	// is the second wall. The engine needs a session of its own anyway (a
 	// session advisory lock, DETACH CONCURRENTLY), so a session SET holds.
-	settings := fmt.Sprintf("SET search_path = pg_catalog, pg_temp; SET lock_timeout = %d; SET statement_timeout = %d", e.cfg.lockTimeout.Milliseconds(), e.cfg.statementTimeout.Milliseconds())
-	if err := e.exec(ctx, conn, settings); err != nil {
+	settings := fmt.Sprintf("SET search_path = pg_catalog, pg_temp; SET lock_timeout = %d; SET statement_timeout = %d; SELECT pg_catalog.pg_backend_pid()", e.cfg.lockTimeout.Milliseconds(), e.cfg.statementTimeout.Milliseconds())
+	pid, err := e.queryPID(ctx, conn.PgConn(), settings)
+	if err != nil {
 		release(nil)
-		return nil, nil, fmt.Errorf("setting search_path, lock_timeout and statement_timeout: %w", err)
+		return nil, 0, nil, fmt.Errorf("setting search_path, lock_timeout and statement_timeout: %w", err)
 	}
-	return conn, release, nil
+	return conn, pid, release, nil
 }
 
 // session takes a connection (see conn) for the whole run and the table's
@@ -79,11 +82,11 @@ func (e *Engine) connLocking(ctx context.Context) (*pgx.Conn, func(maybeLocked *
 // table. release gives the lock and the settings back, or discards the
 // connection.
 func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
-	conn, put, err := e.connLocking(ctx)
+	conn, pid, put, err := e.connLocking(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := e.checkSession(ctx, conn); err != nil {
+	if err := e.checkSession(ctx, conn, pid); err != nil {
 		put(nil)
 		return nil, nil, err
 	}
@@ -109,7 +112,7 @@ func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
 		if locked {
 			// The key may have changed while this waited: a DropTable
 			// drops the lock table, a later maintainer makes a new one.
-			now, err := e.lockKey(ctx, conn)
+			now, err := e.lockKeyAgain(ctx, conn, key)
 			if err != nil {
 				put(&key)
 				return nil, nil, fmt.Errorf("reading the table's lock key: %w", err)
@@ -232,8 +235,9 @@ func lockErr(op string, err error) error {
 
 // checkSession makes sure conn is a server session of its own for as long
 // as the client holds it, as the advisory lock, the SETs above and DETACH
-// CONCURRENTLY need. Directly connected, the backend's pid is the one the
-// server announced at start-up (BackendKeyData): one query. A proxy such as
+// CONCURRENTLY need. Directly connected, the backend's pid (asked with the
+// session's settings) is the one the server announced at start-up
+// (BackendKeyData): nothing more to ask. A proxy such as
 // PgBouncer announces a key of its own; then a second connection opens a
 // transaction and both ask for their backend: a pooler in transaction mode
 // has handed conn's server connection to the other client (PgBouncer reuses
@@ -241,11 +245,7 @@ func lockErr(op string, err error) error {
 // the answer is a *TransactionPoolerError; in session mode conn keeps its
 // own. Simple protocol throughout: a transaction pooler keeps no prepared
 // statement.
-func (e *Engine) checkSession(ctx context.Context, conn *pgx.Conn) error {
-	pid, err := e.backendPID(ctx, conn.PgConn())
-	if err != nil {
-		return fmt.Errorf("asking for the server's backend: %w", err)
-	}
+func (e *Engine) checkSession(ctx context.Context, conn *pgx.Conn, pid uint32) error {
 	if pid == conn.PgConn().PID() {
 		return nil
 	}
@@ -279,18 +279,25 @@ func (e *Engine) checkSession(ctx context.Context, conn *pgx.Conn) error {
 
 // backendPID is pg_backend_pid() of the server session that answers on c.
 func (e *Engine) backendPID(ctx context.Context, c *pgconn.PgConn) (uint32, error) {
+	return e.queryPID(ctx, c, "SELECT pg_catalog.pg_backend_pid()")
+}
+
+// queryPID runs sql (simple protocol; its last statement selects
+// pg_backend_pid()) and returns that value.
+func (e *Engine) queryPID(ctx context.Context, c *pgconn.PgConn, sql string) (uint32, error) {
 	ctx, cancel := e.bounded(ctx)
 	defer cancel()
-	res, err := c.Exec(ctx, "SELECT pg_catalog.pg_backend_pid()").ReadAll()
+	res, err := c.Exec(ctx, sql).ReadAll()
 	if err != nil {
 		return 0, err
 	}
-	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+	if len(res) == 0 || len(res[len(res)-1].Rows) != 1 || len(res[len(res)-1].Rows[0]) != 1 {
 		return 0, errors.New("pg_backend_pid() returned no single value")
 	}
-	pid, err := strconv.ParseUint(string(res[0].Rows[0][0]), 10, 32)
+	v := res[len(res)-1].Rows[0][0]
+	pid, err := strconv.ParseUint(string(v), 10, 32)
 	if err != nil {
-		return 0, fmt.Errorf("pg_backend_pid() returned %q: %w", res[0].Rows[0][0], err)
+		return 0, fmt.Errorf("pg_backend_pid() returned %q: %w", v, err)
 	}
 	return uint32(pid), nil
 }
