@@ -80,16 +80,12 @@ func run(ctx context.Context, opts Options, stderr io.Writer) int {
 		reg.MustRegister(version.NewCollector(consumer.MetricsNamespace))
 		opts.Consumer.Registerer, opts.Consumer.Gatherer = reg, reg
 	}
-	if opts.Tracing && opts.Consumer.TracerProvider == nil {
-		tp, err := newTracerProvider(ctx, opts.Getenv, opts.Consumer.Group)
-		if err != nil {
-			log.Error("invalid tracing configuration", "err", err)
-			return ExitConfig
-		}
-		defer shutdownTracing(tp, log)
-		opts.Consumer.TracerProvider = tp
-		log.Info("exporting spans over OTLP")
+	stopTracing, err := startTracing(ctx, &opts, log)
+	if err != nil {
+		log.Error("invalid tracing configuration", "err", err)
+		return ExitConfig
 	}
+	defer stopTracing()
 	var c *consumer.Consumer
 	if external != nil {
 		c, err = consumer.NewExternal(opts.Consumer, external)
@@ -204,4 +200,19 @@ func redact(s string, secrets []string) string {
 		}
 	}
 	return s
+}
+
+// startTracing sets opts.Consumer.TracerProvider from the OTLP settings
+// when tracing is on and no provider is set; stop flushes and ends it.
+func startTracing(ctx context.Context, opts *Options, log *slog.Logger) (stop func(), err error) {
+	if !opts.Tracing || opts.Consumer.TracerProvider != nil {
+		return func() {}, nil
+	}
+	tp, err := newTracerProvider(ctx, opts.Getenv, opts.Consumer.Group)
+	if err != nil {
+		return nil, err
+	}
+	opts.Consumer.TracerProvider = tp
+	log.Info("exporting spans over OTLP")
+	return func() { shutdownTracing(tp, log) }, nil
 }

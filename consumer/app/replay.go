@@ -59,15 +59,12 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 		log.Error("invalid sink configuration", "err", err)
 		return ExitConfig
 	}
-	if opts.Tracing && opts.Consumer.TracerProvider == nil {
-		tp, err := newTracerProvider(ctx, opts.Getenv, opts.Consumer.Group)
-		if err != nil {
-			log.Error("invalid tracing configuration", "err", err)
-			return ExitConfig
-		}
-		defer shutdownTracing(tp, log)
-		opts.Consumer.TracerProvider = tp
+	stopTracing, err := startTracing(ctx, &opts, log)
+	if err != nil {
+		log.Error("invalid tracing configuration", "err", err)
+		return ExitConfig
 	}
+	defer stopTracing()
 	var c *consumer.Consumer
 	if external != nil {
 		c, err = consumer.NewExternal(opts.Consumer, external)
