@@ -236,6 +236,7 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 		return r.finish(ctx, orig, s)
 	}
 	for _, phase := range []func(context.Context, *reconcileState) error{
+		r.reconcileReplaySummary, // replaysummary.go
 		r.reconcileDatabase,
 		r.reconcileSharing, // sharing.go
 		r.reconcileRoles,
@@ -358,6 +359,7 @@ func (r *IdempotentConsumerReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		// object of the same name until it goes, and its deletion must wake
 		// that object up.
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(consumerForDeployment)).
+		Watches(&kafkav1alpha1.DeadLetterReplay{}, handler.EnqueueRequestsFromMapFunc(consumerForReplay)).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.consumersForSecret)).
 		// The application Secrets (appsecret.go): one deleted or edited is put back.
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(),

@@ -429,6 +429,13 @@ func TestDeadLetterReplay_Lifecycle(t *testing.T) {
 		t.Errorf("after the apply: %s, want counts %+v", replaySummary(d), wantCounts)
 	}
 	te.checkReplayVerdict(t, ns, "fix-1", status.CurrentStatus)
+	// The consumer's status sums its replays (what was replayed and parked:
+	// the dead-letter topic itself never shrinks).
+	eventually(t, 30*time.Second, "status.deadLetterReplays of the consumer", func() (bool, string) {
+		got := te.get(t, ns, "billing").Status.DeadLetterReplays
+		want := kafkav1alpha1.DeadLetterReplaysStatus{Replays: 1, Applied: wantCounts, LastReplay: "fix-1", LastPhase: kafkav1alpha1.ReplaySucceeded}
+		return got != nil && *got == want, fmt.Sprintf("%+v, want %+v", got, want)
+	})
 	evs := te.replayEvents(t, ns, "fix-1")
 	for _, r := range []string{ReasonReplayJobCreated, kafkav1alpha1.ReasonDryRunComplete, kafkav1alpha1.ReasonReplaySucceeded} {
 		if !slices.Contains(evs, r) {

@@ -251,6 +251,32 @@ type ReplayCounts struct {
 	Parked int64 `json:"parked,omitempty"`
 }
 
+// DeadLetterReplaysStatus is what the DeadLetterReplay objects of an
+// IdempotentConsumer did with its dead letters. The dead-letter topic never
+// shrinks, so its size says nothing of what is left: these counts, and the
+// consumer's idempotent_consumer_dead_lettered_total by reason, do.
+type DeadLetterReplaysStatus struct {
+	// replays is the number of DeadLetterReplay objects naming this
+	// consumer, in any phase.
+	Replays int32 `json:"replays"`
+	// active is how many of them are running (Pending, DryRunning or
+	// Applying).
+	// +optional
+	Active int32 `json:"active,omitempty"`
+	// applied sums the counts of the replays in Apply mode (a dry run
+	// changes nothing and is left out): replayed and taken effect,
+	// duplicates, skipped, failed again (back in the dead-letter topic) and
+	// parked.
+	// +optional
+	Applied ReplayCounts `json:"applied,omitzero"`
+	// lastReplay is the replay that started most recently, and lastPhase
+	// its phase.
+	// +optional
+	LastReplay string `json:"lastReplay,omitempty"`
+	// +optional
+	LastPhase ReplayPhase `json:"lastPhase,omitempty"`
+}
+
 // DeadLetterReplayStatus is the observed state of a DeadLetterReplay.
 type DeadLetterReplayStatus struct {
 	// observedGeneration is the generation the status describes.

@@ -120,6 +120,11 @@ type IdempotentConsumerStatus struct {
 	// endpoints were used (docs/platforms.md).
 	// +optional
 	Platform *PlatformStatus `json:"platform,omitempty"`
+
+	// deadLetterReplays sums the DeadLetterReplay objects that name this
+	// consumer (docs/dead-letters.md, "Depth"); absent while there are none.
+	// +optional
+	DeadLetterReplays *DeadLetterReplaysStatus `json:"deadLetterReplays,omitempty"`
 }
 
 // IdempotencyKeyStatus records the HTTP sink's Idempotency-Key template.
