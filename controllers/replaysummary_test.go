@@ -12,7 +12,10 @@ import (
 // summarizeReplays sums only Apply replays of the named consumer, counts
 // the running ones, and names the one started last.
 func TestSummarizeReplays(t *testing.T) {
-	at := func(min int) *metav1.Time { tm := metav1.NewTime(time.Date(2026, 12, 5, 10, min, 0, 0, time.UTC)); return &tm }
+	at := func(min int) *metav1.Time {
+		tm := metav1.NewTime(time.Date(2026, 12, 5, 10, min, 0, 0, time.UTC))
+		return &tm
+	}
 	dlr := func(name, consumer string, mode kafkav1alpha1.ReplayMode, phase kafkav1alpha1.ReplayPhase, start *metav1.Time, c kafkav1alpha1.ReplayCounts) kafkav1alpha1.DeadLetterReplay {
 		d := kafkav1alpha1.DeadLetterReplay{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		d.Spec.ConsumerRef.Name, d.Spec.Mode = consumer, mode
