@@ -63,6 +63,9 @@ func runChaosShort(t *testing.T, o Options) {
 		t.Fatalf("the transactional producer committed %d and aborted %d transactions, %d aborted records in the topic: nothing to check",
 			res.TxnCommitted, res.TxnAborted, res.AbortedMessages)
 	}
+	if o.BugBuckets > 0 && (res.Replay == nil || res.Replay.Kills < o.ReplayKills || res.Replay.Apply.Applied == 0 || res.Replay.Apply.Parked == 0) {
+		t.Fatalf("the replay phase did not happen: %+v", res.Replay)
+	}
 	if res.DuplicateMessages*5 < res.Messages {
 		t.Fatalf("duplicates %d of %d messages: less than the 20%% the test is meant to have", res.DuplicateMessages, res.Messages)
 	}
