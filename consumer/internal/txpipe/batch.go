@@ -121,8 +121,10 @@ func (w *batcher) process(batch []kafka.Message) (next int64, err error) {
 			return 0, err
 		}
 	}
-	if err := w.DeadLetter(items); err != nil {
-		return 0, err
+	if c.Replay == nil { // a replay's went out with its transactions
+		if err := w.DeadLetter(items); err != nil {
+			return 0, err
+		}
 	}
 	w.count(items)
 	return next, nil
@@ -326,6 +328,14 @@ func (w *batcher) transact(items []record.Item) error {
 	if r := c.Replay; r != nil {
 		if err := r.Record(ctx, tx, w.Worker, record.Ptrs(items)); err != nil {
 			return record.Infra("recording the replay's counts: %w", err)
+		}
+		// A replay's position in the database is all its progress (no
+		// Kafka offset follows it): what it writes back goes out before
+		// the position that passes it commits, so a crash between the two
+		// writes it again rather than never (at least once, as the live
+		// path's dead letters before its offset commit).
+		if err := w.DeadLetter(items); err != nil {
+			return err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
