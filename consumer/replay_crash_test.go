@@ -61,3 +61,63 @@ func TestReplay_CrashAfterCommitStillWritesBack(t *testing.T) {
 		t.Fatalf("%d records written back by the replay, want 1 (dead-letter topic holds %d)", back, len(dlq))
 	}
 }
+
+// TestReplay_ExternalCrashAfterRecordStillWritesBack: the same for an
+// external handler, whose recording transaction carries the replay's
+// position.
+func TestReplay_ExternalCrashAfterRecordStillWritesBack(t *testing.T) {
+	e := newEnv(t)
+	e.dumpLogsOnFailure(t)
+	id := newID(t)
+	h := func(context.Context, *consumer.Event) error { return consumer.Permanent(errors.New("provider refused")) }
+	e.kafka.Produce(t, e.topic, event(id, 0, ""))
+	live, err := consumer.NewExternal(e.config(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- live.Run(ctx) }()
+	e.waitCaughtUp(t, 30*time.Second)
+	readAll(t, e.kafka.Brokers(), e.dlq, 0, 1, 20*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	spec := replay.Spec{ID: "xcrash", Mode: replay.ModeApply}
+	var crashed atomic.Bool
+	run := func(crash bool) replay.Result {
+		c, err := consumer.NewExternal(e.config(), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if crash {
+			consumer.SetAfterDBCommitHook(c, func(int, int64) error {
+				crashed.Store(true)
+				return errors.New("simulated crash between the recording and the write-back")
+			})
+		}
+		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer rcancel()
+		res, _ := c.Replay(rctx, spec)
+		return res
+	}
+	if first := run(true); !crashed.Load() {
+		t.Fatalf("the hook never ran: %+v", first)
+	}
+	res := run(false)
+	if want := (replay.Counts{Selected: 1, FailedAgain: 1}); res.Counts != want || !res.Complete {
+		t.Fatalf("resumed: %+v, want %+v", res, want)
+	}
+	dlq := readAll(t, e.kafka.Brokers(), e.dlq, 0, 2, 5*time.Second)
+	back := 0
+	for _, m := range dlq {
+		if header(m, replay.HeaderReplayID) == spec.ID {
+			back++
+		}
+	}
+	if back != 1 {
+		t.Fatalf("%d records written back by the replay, want 1 (dead-letter topic holds %d)", back, len(dlq))
+	}
+}

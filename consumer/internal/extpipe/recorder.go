@@ -94,6 +94,11 @@ func (p *partSession) runJob(job *recJob) error {
 		if err := p.record(job.ids, job.succ, job.done, job.next); err != nil {
 			return err
 		}
+		if h := c.AfterRecord; h != nil {
+			if err := h(w.Partition, job.next); err != nil {
+				return err
+			}
+		}
 	}
 	if len(job.failed) > 0 {
 		items := make([]record.Item, len(job.failed))
