@@ -14,6 +14,8 @@ import (
 // broker restart while events stream in; then every invariant is checked. A
 // second group of consumer processes runs the http sink (an external handler)
 // against a provider that drops some connections after applying the request.
+// Then the dead letters of the run's ledger "bug" are replayed by `consumer
+// replay` processes killed with kill -9 three times (replay.go).
 func TestChaosShort(t *testing.T) {
 	runChaosShort(t, ShortOptions())
 }

@@ -20,6 +20,13 @@
 //	  ... provider_missing=0 provider_requests_per_id_max=... http_dedup_rows_per_id_max=1
 //	  provider_busy_409=... provider_429=... dead_lettered_retryable=0 max_tx_open_ms=...
 //
+// Then the replay phase (replay.go): a "bug" in the ledger dead-lettered a
+// fraction of the ids during the run; it is fixed, and the dead letters are
+// replayed by `consumer replay` processes kill -9ed at random moments until
+// the replay completes, checked and printed as
+//
+//	RESULT replay dead_letters=... applied=... duplicates=... parked=... kills=... lost=0 duplicates_applied=0
+//
 // It exits non-zero on any violation and prints the seed to replay the run.
 package main
 
