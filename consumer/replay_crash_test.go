@@ -69,7 +69,9 @@ func TestReplay_ExternalCrashAfterRecordStillWritesBack(t *testing.T) {
 	e := newEnv(t)
 	e.dumpLogsOnFailure(t)
 	id := newID(t)
-	h := func(context.Context, *consumer.Event) error { return consumer.Permanent(errors.New("provider refused")) }
+	h := func(context.Context, *consumer.Event) error {
+		return consumer.Permanent(errors.New("provider refused"))
+	}
 	e.kafka.Produce(t, e.topic, event(id, 0, ""))
 	live, err := consumer.NewExternal(e.config(), h)
 	if err != nil {
