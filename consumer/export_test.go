@@ -5,8 +5,9 @@ import "github.com/google/uuid"
 // Test seams for the external test package.
 
 // SetAfterDBCommitHook installs fn to run after each batch transaction
-// commits and before its dead letters and offset commit; an error from fn
-// stops Run there, as a crash would.
+// (for external handlers: each recording transaction) commits and before
+// its dead letters and offset commit; an error from fn stops Run there, as
+// a crash would.
 func SetAfterDBCommitHook(c *Consumer, fn func(partition int, next int64) error) {
 	c.hooks.afterDBCommit = fn
 }

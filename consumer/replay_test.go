@@ -15,7 +15,13 @@ import (
 // replayRun runs one replay with a Consumer of its own (the live one's config).
 func (e *env) replayRun(t *testing.T, spec replay.Spec) replay.Result {
 	t.Helper()
-	c, err := consumer.New(e.config(), e.handler)
+	return e.replayRunWith(t, spec)
+}
+
+// replayRunWith is replayRun with the config changed by mods.
+func (e *env) replayRunWith(t *testing.T, spec replay.Spec, mods ...func(*consumer.Config)) replay.Result {
+	t.Helper()
+	c, err := consumer.New(e.config(mods...), e.handler)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,6 +243,7 @@ func (c *Consumer) pipeline() func(*partition.Worker) {
 			Handler: c.external, Inserter: c.inserter, Ordering: extpipe.Ordering(c.cfg.Ordering), MaxInFlight: c.cfg.MaxInFlight,
 			HandlerMaxAttempts: c.cfg.HandlerMaxAttempts, HandlerBackoff: c.cfg.HandlerBackoff, HandlerBackoffMax: c.cfg.HandlerBackoffMax,
 			RetryLaterMax: c.cfg.RetryLaterMax, Calls: c.calls, XM: c.xm, BeforeRecord: c.hooks.beforeRecord,
+			AfterRecord: c.hooks.afterDBCommit,
 		})
 		return func(w *partition.Worker) { extpipe.Run(w, x) }
 	}

@@ -54,6 +54,9 @@ type harness struct {
 
 // Run runs one chaos scenario and returns what it observed.
 func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
+	if o.BugBuckets < 0 || o.BrokenBuckets < 0 || o.BugBuckets+o.BrokenBuckets > 256 {
+		return nil, fmt.Errorf("-bug-buckets %d and -broken-buckets %d: at most 256 buckets together", o.BugBuckets, o.BrokenBuckets)
+	}
 	var cl proc.Cleanup
 	defer cl.Run()
 	h := &harness{
@@ -74,7 +77,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	if err := h.startBroker(ctx); err != nil {
 		return nil, err
 	}
-	h.res = &Result{Seed: o.Seed, HTTPConsumers: o.HTTPConsumers, Pooler: o.Pooler}
+	h.res = &Result{Seed: o.Seed, HTTPConsumers: o.HTTPConsumers, Pooler: o.Pooler, Bug: h.bug()}
 	if err := h.startFleets(); err != nil {
 		return nil, err
 	}
@@ -106,7 +109,8 @@ func (h *harness) startDatabase(ctx context.Context) error {
 	h.step("starting PostgreSQL")
 	// Commit timestamps let the checker tell when each ledger row became durable.
 	var err error
-	h.pg, h.dbURL, err = localstack.StartPostgres(ctx, h.cl, "chaos", []string{ledgerDDL},
+	ddl := append([]string{ledgerDDL}, h.bug().ddl()...)
+	h.pg, h.dbURL, err = localstack.StartPostgres(ctx, h.cl, "chaos", ddl,
 		consumertest.WithSetting("track_commit_timestamp", "on"))
 	if err != nil {
 		return err
@@ -241,7 +245,21 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 		return res, lagErr
 	}
 	res.LagZero = true
-	return res, h.check(ctx, txns)
+	if err := h.check(ctx, txns); err != nil {
+		return res, err
+	}
+	if h.o.BugBuckets > 0 {
+		return res, h.replayPhase(ctx)
+	}
+	return res, nil
+}
+
+// bug is the run's ledger bug (see replay.go): none without BugBuckets.
+func (h *harness) bug() bug {
+	if h.o.BugBuckets <= 0 {
+		return bug{}
+	}
+	return bug{Fixable: h.o.BugBuckets, Broken: h.o.BrokenBuckets}
 }
 
 // produce runs the plain and the transactional producer side by side, then

@@ -14,6 +14,8 @@ import (
 // broker restart while events stream in; then every invariant is checked. A
 // second group of consumer processes runs the http sink (an external handler)
 // against a provider that drops some connections after applying the request.
+// Then the dead letters of the run's ledger "bug" are replayed by `consumer
+// replay` processes killed with kill -9 three times (replay.go).
 func TestChaosShort(t *testing.T) {
 	runChaosShort(t, ShortOptions())
 }
@@ -62,6 +64,9 @@ func runChaosShort(t *testing.T, o Options) {
 	if res.TxnCommitted == 0 || res.TxnAborted == 0 || res.AbortedMessages == 0 {
 		t.Fatalf("the transactional producer committed %d and aborted %d transactions, %d aborted records in the topic: nothing to check",
 			res.TxnCommitted, res.TxnAborted, res.AbortedMessages)
+	}
+	if o.BugBuckets > 0 && (res.Replay == nil || res.Replay.Kills < o.ReplayKills || res.Replay.Apply.Applied == 0 || res.Replay.Apply.Parked == 0) {
+		t.Fatalf("the replay phase did not happen: %+v", res.Replay)
 	}
 	if res.DuplicateMessages*5 < res.Messages {
 		t.Fatalf("duplicates %d of %d messages: less than the 20%% the test is meant to have", res.DuplicateMessages, res.Messages)

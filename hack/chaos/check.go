@@ -15,6 +15,7 @@ import (
 
 	"github.com/idempotency-dev/operator/consumer"
 	"github.com/idempotency-dev/operator/consumer/dedup"
+	"github.com/idempotency-dev/operator/consumer/replay"
 	"github.com/idempotency-dev/operator/hack/internal/localstack"
 )
 
@@ -85,6 +86,8 @@ type deadLetter struct {
 	at     time.Time // when it was dead-lettered (the record's time without the header)
 	id     uuid.UUID // the event id header's, when hasID
 	hasID  bool
+	// replayID names the replay that wrote it back (dlq-replay-id).
+	replayID string
 }
 
 // deadLetters is a dead-letter topic read back.
@@ -103,7 +106,8 @@ func readDeadLetters(ctx context.Context, brokers []string, topic string) (deadL
 		}
 		p, _ := strconv.ParseInt(h[consumer.HeaderDLQOriginalPartition], 10, 64)
 		o, _ := strconv.ParseInt(h[consumer.HeaderDLQOriginalOffset], 10, 64)
-		d := deadLetter{reason: h[consumer.HeaderDLQReason], err: h[consumer.HeaderDLQError], pos: position{p, o}, at: m.Time}
+		d := deadLetter{reason: h[consumer.HeaderDLQReason], err: h[consumer.HeaderDLQError], pos: position{p, o}, at: m.Time,
+			replayID: h[replay.HeaderReplayID]}
 		if t, err := time.Parse(time.RFC3339Nano, h[consumer.HeaderDLQTime]); err == nil {
 			d.at = t
 		}
@@ -199,6 +203,17 @@ func (r *Result) verify(ctx context.Context, brokers []string, dbURL string, par
 			}
 		}
 	}
+	// Ids of the bug (see replay.go) dead-lettered as handler_failed: they
+	// take effect in the replay phase.
+	// A copy of such an id is done once any of its copies is dead-lettered.
+	bugLettered := map[uuid.UUID]time.Time{}
+	for _, d := range dl.all {
+		if d.reason == string(consumer.ReasonHandlerFailed) && d.hasID && r.Bug.kind(d.id) != bugNone {
+			if prev, ok := bugLettered[d.id]; !ok || d.at.Before(prev) {
+				bugLettered[d.id] = d.at
+			}
+		}
+	}
 	appliedAt, err := r.readLedger(ctx, dbURL)
 	if err != nil {
 		return err
@@ -210,6 +225,8 @@ func (r *Result) verify(ctx context.Context, brokers []string, dbURL string, par
 		case applied:
 		case out:
 			r.OutsideWindow++
+		case !bugLettered[id].IsZero():
+			r.BugDeadLettered++
 		case txns.unknown[id]:
 			r.UncertainUnapplied++
 		default:
@@ -238,6 +255,9 @@ func (r *Result) verify(ctx context.Context, brokers []string, dbURL string, par
 				return at, true
 			}
 			if at, ok := outside[m.id]; ok {
+				return at, true
+			}
+			if at, ok := bugLettered[m.id]; ok {
 				return at, true
 			}
 			return time.Time{}, txns.unknown[m.id] // maybe aborted: nothing to do

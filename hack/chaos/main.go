@@ -20,6 +20,13 @@
 //	  ... provider_missing=0 provider_requests_per_id_max=... http_dedup_rows_per_id_max=1
 //	  provider_busy_409=... provider_429=... dead_lettered_retryable=0 max_tx_open_ms=...
 //
+// Then the replay phase (replay.go): a "bug" in the ledger dead-lettered a
+// fraction of the ids during the run; it is fixed, and the dead letters are
+// replayed by `consumer replay` processes kill -9ed at random moments until
+// the replay completes, checked and printed as
+//
+//	RESULT replay dead_letters=... applied=... duplicates=... parked=... kills=... lost=0 duplicates_applied=0
+//
 // It exits non-zero on any violation and prints the seed to replay the run.
 package main
 
@@ -56,6 +63,9 @@ func main() {
 	flag.StringVar(&o.Isolation, "isolation", "", "CONSUMER_ISOLATION for the consumers (empty: their default, ReadCommitted)")
 	flag.BoolVar(&o.Pooler, "pooler", false, "run the consumers through PgBouncer in transaction mode (the pgbouncer binary, Debian's package)")
 	flag.DurationVar(&o.ProduceFor, "produce-for", o.ProduceFor, "spread production (and the chaos) over this long")
+	flag.IntVar(&o.BugBuckets, "bug-buckets", o.BugBuckets, "ids (of 256 buckets) the ledger rejects during the run and accepts after: dead-lettered, then replayed (0: no replay phase)")
+	flag.IntVar(&o.BrokenBuckets, "broken-buckets", o.BrokenBuckets, "ids (of 256 buckets) the ledger rejects during the run and the replay too: parked")
+	flag.IntVar(&o.ReplayKills, "replay-kills", o.ReplayKills, "kill -9s of the `consumer replay` process")
 	flag.Uint64Var(&o.Seed, "seed", 0, "random seed (0 = from the clock); printed for replays")
 	flag.BoolVar(&o.Verbose, "v", false, "stream the consumers' and broker's logs")
 	flag.BoolVar(&o.Keep, "keep", false, "keep the work directory (logs, broker data) after the run")

@@ -46,8 +46,18 @@ type Options struct {
 	ClockSpeed float64
 	Premake    int
 	Retention  time.Duration // in simulated time
-	Seed       uint64
-	Verbose    bool
+	// The replay phase. A "bug" in the ledger (a CHECK constraint) rejects
+	// the ids whose bucket (their 15th byte, random in a UUID v7) is below
+	// BugBuckets of 256, and BrokenBuckets more after them, so the consumers
+	// dead-letter them (handler_failed). After the live run the bug is fixed
+	// for the first kind only, and a `consumer replay` process applies the
+	// dead letters while it is kill -9ed ReplayKills times; the still-broken
+	// ones are parked (maxReplays 1). BugBuckets 0: no bug, no replay phase.
+	BugBuckets    int
+	BrokenBuckets int
+	ReplayKills   int
+	Seed          uint64
+	Verbose       bool
 	// Keep leaves the work directory (the processes' logs, the broker's
 	// data) in place for a diagnosis.
 	Keep bool
@@ -80,6 +90,9 @@ func DefaultOptions() Options {
 		ClockSpeed:       600,
 		Premake:          24,
 		Retention:        72 * time.Hour,
+		BugBuckets:       5, // ~2% of the ids
+		BrokenBuckets:    1, // ~0.4% stay broken and are parked
+		ReplayKills:      5,
 	}
 }
 
@@ -93,6 +106,7 @@ func ShortOptions() Options {
 	o.HTTPKills = 3
 	o.Partitions = 4
 	o.ProduceFor = 25 * time.Second
+	o.ReplayKills = 3
 	return o
 }
 

@@ -32,6 +32,13 @@ type Result struct {
 	DuplicatesApplied int // ledger rows beyond the first per id
 	Lost              int // valid ids neither applied nor dead-lettered as outside the window
 	OutsideWindow     int // valid ids dead-lettered as outside the window
+	// Bug is the ids the ledger rejects during the run (see replay.go);
+	// BugDeadLettered the valid ids of it dead-lettered (handler_failed)
+	// and not applied before the replay phase.
+	Bug             bug
+	BugDeadLettered int
+	// Replay is the replay phase's (nil: it did not run).
+	Replay            *ReplayResult
 	UnknownApplied    int // ledger rows for ids never produced validly
 	WrongAmount       int
 	DLQ               int
@@ -133,9 +140,9 @@ func (r *Result) Violations() []string {
 		invariant{r.WrongAmount != 0, fmt.Sprintf("%d ledger rows with a wrong amount", r.WrongAmount)},
 		invariant{r.MalformedMissing != 0 || r.MalformedWrong != 0,
 			fmt.Sprintf("malformed messages: %d missing from the dead-letter topic, %d with the wrong reason", r.MalformedMissing, r.MalformedWrong)},
-		invariant{r.Applied+r.Lost+r.OutsideWindow+r.UncertainUnapplied != r.Unique,
-			fmt.Sprintf("accounting: applied %d + lost %d + outside %d + uncertain %d != unique %d",
-				r.Applied, r.Lost, r.OutsideWindow, r.UncertainUnapplied, r.Unique)},
+		invariant{r.Applied+r.Lost+r.OutsideWindow+r.UncertainUnapplied+r.BugDeadLettered != r.Unique,
+			fmt.Sprintf("accounting: applied %d + lost %d + outside %d + uncertain %d + dead-lettered for the bug %d != unique %d",
+				r.Applied, r.Lost, r.OutsideWindow, r.UncertainUnapplied, r.BugDeadLettered, r.Unique)},
 		invariant{r.Snapshots == 0, "no committed-offset snapshot was taken"},
 		invariant{r.LogsChecked == 0, "no log file was checked for secrets"},
 		invariant{len(r.SecretLeaks) > 0, "the database password appears in logs: " + strings.Join(r.SecretLeaks, ", ")},
@@ -146,6 +153,9 @@ func (r *Result) Violations() []string {
 	}
 	v = append(v, r.OffsetViolations...)
 	v = append(v, r.PartitionProblems...)
+	if r.Replay != nil {
+		v = append(v, r.Replay.Violations()...)
+	}
 	return v
 }
 
@@ -211,6 +221,9 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "RESULT pooler=%s events=%d unique=%d applied=%d duplicates_applied=%d lost=%d aborted=%d aborted_applied=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d%s max_tx_open_ms=%d seed=%d\n",
 		pooler, r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.AbortedMessages, r.AbortedApplied, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations),
 		httpPart, r.MaxTxOpen.Milliseconds(), r.Seed)
+	if r.Replay != nil {
+		r.Replay.Print(w)
+	}
 }
 
 // reasonList renders dead-letter counts as "reason=n ..." in reason order.

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/idempotency-dev/operator/consumer/replay"
 )
 
 // violationCase breaks one invariant of a clean Result.
@@ -71,4 +73,49 @@ func TestHTTPViolations(t *testing.T) {
 		{"malformed", func(r *Result) { r.HTTPMalformedMissing = 1 }, "malformed messages missing"},
 		{"offsets", func(r *Result) { r.HTTPOffsetViolations = []string{"partition 0: offset 3 committed past"} }, "HTTP group: partition 0"},
 	})
+}
+
+// Each invariant of the replay phase fails a run on its own, and a clean
+// replay passes; a Result with a replay phase carries its violations.
+func TestReplayViolations(t *testing.T) {
+	done := replay.Result{Complete: true, Counts: replay.Counts{Selected: 10, Applied: 6, Duplicates: 2, Parked: 2}}
+	clean := ReplayResult{WantKills: 3, Kills: 3, DeadLetters: 10, FixableLetters: 8, FixableIDs: 6, BrokenLetters: 2,
+		Dry: replay.Result{Complete: true, Counts: replay.Counts{Selected: 10}}, Apply: done}
+	if v := clean.Violations(); len(v) != 0 {
+		t.Fatalf("clean replay: %v", v)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*ReplayResult)
+		want string
+	}{
+		{"nothing", func(r *ReplayResult) { r.FixableLetters = 0 }, "nothing was dead-lettered for the bug"},
+		{"other", func(r *ReplayResult) { r.OtherFailed = 1 }, "outside the bug's buckets"},
+		{"early", func(r *ReplayResult) { r.AppliedBeforeFix = 1 }, "before the fix"},
+		{"dry counts", func(r *ReplayResult) { r.Dry.Counts.Selected = 9 }, "dry run"},
+		{"dry effects", func(r *ReplayResult) { r.DryRunEffects = 1 }, "the dry run changed"},
+		{"incomplete", func(r *ReplayResult) { r.Apply.Complete = false }, "did not complete"},
+		{"counts", func(r *ReplayResult) { r.Apply.Duplicates, r.Apply.Parked = 3, 1 }, "the replay's counts"},
+		{"kills", func(r *ReplayResult) { r.Kills = 2 }, "fewer than 3"},
+		{"lost", func(r *ReplayResult) { r.Lost = 1 }, "neither took effect nor were parked"},
+		{"twice", func(r *ReplayResult) { r.DuplicatesApplied = 1 }, "1 duplicate applications"},
+		{"unexpected", func(r *ReplayResult) { r.Unexpected = 1 }, "should not have"},
+		{"amount", func(r *ReplayResult) { r.WrongAmount = 1 }, "wrong amount"},
+	} {
+		r := clean
+		tc.mod(&r)
+		if v := strings.Join(r.Violations(), "; "); !strings.Contains(v, tc.want) {
+			t.Errorf("%s: violations %q, want %q", tc.name, v, tc.want)
+		}
+	}
+	r := Result{LagZero: true, Messages: 12, Unique: 10, Applied: 10, Snapshots: 3, LogsChecked: 4, TxSampled: true,
+		Replay: &ReplayResult{WantKills: 3}}
+	if v := strings.Join(r.Violations(), "; "); !strings.Contains(v, "replay: ") {
+		t.Fatalf("a failed replay phase does not fail the run: %q", v)
+	}
+	var b strings.Builder
+	clean.Print(&b)
+	if !strings.Contains(b.String(), "RESULT replay dead_letters=10 applied=6 duplicates=2 parked=2 kills=3 lost=0 duplicates_applied=0\n") {
+		t.Fatalf("printed %q", b.String())
+	}
 }

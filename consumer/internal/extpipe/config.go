@@ -42,6 +42,10 @@ type Config struct {
 	// transaction that records succeeded ids; an error stops Run there as a
 	// crash would.
 	BeforeRecord func(partition int, ids []uuid.UUID) error
+	// AfterRecord (a test seam, nil in production) runs after a recording
+	// transaction committed and before its dead letters and offset commit;
+	// an error stops Run there as a crash would.
+	AfterRecord func(partition int, next int64) error
 
 	// Slots bounds the calls of all partitions (MaxInFlight) and Claims
 	// keeps one id's copies from calling twice across them (New sets both).

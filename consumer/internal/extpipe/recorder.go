@@ -85,6 +85,26 @@ func (p *partSession) startRecording() error {
 // use while a session runs, one at a time.
 func (p *partSession) runJob(job *recJob) error {
 	w, c := p.w, p.c
+	deadLetter := func() error {
+		if len(job.failed) == 0 {
+			return nil
+		}
+		items := make([]record.Item, len(job.failed))
+		for i, r := range job.failed {
+			items[i] = r.Item
+		}
+		return w.DeadLetter(items)
+	}
+	// A replay's position in the database is all its progress (no Kafka
+	// offset follows it): what it writes back goes out before the
+	// recording that may move the position past it, so a crash between
+	// the two writes it again rather than never (at least once, as the
+	// live path's dead letters before its offset commit).
+	if c.Replay != nil {
+		if err := deadLetter(); err != nil {
+			return err
+		}
+	}
 	if len(job.ids) > 0 || (job.next >= 0 && job.next != w.DBPos) {
 		if h := c.BeforeRecord; h != nil {
 			if err := h(w.Partition, job.ids); err != nil {
@@ -94,13 +114,14 @@ func (p *partSession) runJob(job *recJob) error {
 		if err := p.record(job.ids, job.succ, job.done, job.next); err != nil {
 			return err
 		}
-	}
-	if len(job.failed) > 0 {
-		items := make([]record.Item, len(job.failed))
-		for i, r := range job.failed {
-			items[i] = r.Item
+		if h := c.AfterRecord; h != nil {
+			if err := h(w.Partition, job.next); err != nil {
+				return err
+			}
 		}
-		if err := w.DeadLetter(items); err != nil {
+	}
+	if c.Replay == nil {
+		if err := deadLetter(); err != nil {
 			return err
 		}
 	}

@@ -121,8 +121,10 @@ func (w *batcher) process(batch []kafka.Message) (next int64, err error) {
 			return 0, err
 		}
 	}
-	if err := w.DeadLetter(items); err != nil {
-		return 0, err
+	if c.Replay == nil { // a replay's went out with its transactions
+		if err := w.DeadLetter(items); err != nil {
+			return 0, err
+		}
 	}
 	w.count(items)
 	return next, nil
@@ -322,9 +324,18 @@ func (w *batcher) transact(items []record.Item) error {
 			return err
 		}
 	}
+	rejectCopies(items)
 	if r := c.Replay; r != nil {
 		if err := r.Record(ctx, tx, w.Worker, record.Ptrs(items)); err != nil {
 			return record.Infra("recording the replay's counts: %w", err)
+		}
+		// A replay's position in the database is all its progress (no
+		// Kafka offset follows it): what it writes back goes out before
+		// the position that passes it commits, so a crash between the two
+		// writes it again rather than never (at least once, as the live
+		// path's dead letters before its offset commit).
+		if err := w.DeadLetter(items); err != nil {
+			return err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -333,6 +344,38 @@ func (w *batcher) transact(items []record.Item) error {
 		return record.Infra("committing: %w", &commitError{err})
 	}
 	return nil
+}
+
+// rejectCopies gives the later copies of an id whose handler failed in this
+// batch that copy's outcome. They were found duplicates of it (the id had no
+// row before the batch), but it took no effect and its row was taken back:
+// like a copy in a batch of its own, each is dead-lettered (or skipped) with
+// the same reason and error. A replay then writes each back, or parks it,
+// rather than counting it as already applied.
+func rejectCopies(items []record.Item) {
+	var failed map[uuid.UUID]*record.Item
+	for i := range items {
+		it := &items[i]
+		if it.Decoded && it.State == record.Rejected && it.Reason == event.ReasonHandlerFailed {
+			if failed == nil {
+				failed = map[uuid.UUID]*record.Item{}
+			}
+			if _, seen := failed[it.Ev.ID]; !seen {
+				failed[it.Ev.ID] = it
+			}
+		}
+	}
+	if failed == nil {
+		return
+	}
+	for i := range items {
+		it := &items[i]
+		f, ok := failed[it.Ev.ID]
+		if !ok || it.State != record.Duplicate || !it.Decoded || it.Msg.Offset < f.Msg.Offset {
+			continue
+		}
+		it.State, it.Reason, it.Policy, it.ErrText, it.Attempts = record.Rejected, f.Reason, f.Policy, f.ErrText, f.Attempts
+	}
 }
 
 // count updates metrics and logs the batch's outcome, once it is final.
