@@ -265,7 +265,9 @@ func (c *IdempotentConsumer) Retention() time.Duration {
 }
 
 // RetentionDecreaseGrace is spec.dedup.retentionDecreaseGrace or its
-// default.
+// default. The CRD has no default for it on purpose: a defaulted "1h" reads
+// back through typed clients as "1h0m0s", a spec change that GitOps tools
+// report as drift.
 func (c *IdempotentConsumer) RetentionDecreaseGrace() time.Duration {
 	if c.Spec.Dedup.RetentionDecreaseGrace == nil || c.Spec.Dedup.RetentionDecreaseGrace.Duration <= 0 {
 		return DefaultRetentionGrace

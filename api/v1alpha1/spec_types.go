@@ -341,7 +341,6 @@ type DedupSpec struct {
 	// all. A further decrease starts the grace again. Default 1h; at least
 	// 10m (time to notice the warning and revert), at most 720h.
 	// +optional
-	// +kubebuilder:default="1h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(h|m|s|ms))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10m') && duration(self) <= duration('720h')",message="retentionDecreaseGrace must be between 10m and 720h"
