@@ -55,6 +55,16 @@ const (
 	// created or dropped partitions (one Event per kind of change).
 	ReasonPartitionsCreated = "PartitionsCreated"
 	ReasonPartitionsDropped = "PartitionsDropped"
+	// ReasonRetentionDecreasePending: the Warning Event when a lower
+	// spec.dedup.retention is first seen; the partitions only it made
+	// expired are kept for spec.dedup.retentionDecreaseGrace.
+	ReasonRetentionDecreasePending = "RetentionDecreasePending"
+	// ReasonRetentionDecreaseCancelled: the retention was raised back
+	// within the grace; every partition is kept.
+	ReasonRetentionDecreaseCancelled = "RetentionDecreaseCancelled"
+	// ReasonRetentionDecreaseApplied: the grace passed; the lower retention
+	// is applied and the partitions it expires are dropped.
+	ReasonRetentionDecreaseApplied = "RetentionDecreaseApplied"
 )
 
 // ReasonPodSecurityRejected is the ConsumerReady reason when the API

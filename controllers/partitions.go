@@ -53,6 +53,8 @@ func (r *IdempotentConsumerReconciler) reconcilePartitions(ctx context.Context, 
 		return nil
 	}
 	lead := r.Options.MaintenanceLead
+	target := retention
+	retention = r.retentionToDropBy(ctx, s, target)
 	dctx, cancel := context.WithTimeout(ctx, r.Options.DatabaseTimeout)
 	defer cancel()
 
@@ -83,6 +85,7 @@ func (r *IdempotentConsumerReconciler) reconcilePartitions(ctx context.Context, 
 
 	ours := ownPartitions(state, obj.TableName(), iv)
 	r.recordPartitions(s, state, ours)
+	recordPendingDecrease(obj, ours, retention, target)
 
 	prevNext := obj.Status.NextMaintenanceTime
 	next := nextMaintenance(s.now, iv, lead, retention, ours)
@@ -115,6 +118,96 @@ func (r *IdempotentConsumerReconciler) reconcilePartitions(ctx context.Context, 
 	}
 	obj.SetCondition(kafkav1alpha1.ConditionPartitionsReady, metav1.ConditionTrue, kafkav1alpha1.ReasonPartitionsReady, msg)
 	return nil
+}
+
+// retentionToDropBy is the retention expired partitions are dropped by
+// this run: target (the spec's, or a shared table's longest registered),
+// except while a decrease of it waits out spec.dedup.retentionDecreaseGrace,
+// when it is the retention before the decrease. status.retention remembers
+// the retention applied and the pending decrease; an increase applies at
+// once and takes a pending decrease back.
+//
+// The grace is keyed on the decrease: it starts when a lower retention is
+// first seen, and again when it changes to another lower value. An object
+// whose status has no retention yet (a new one, or one written by a build
+// without this) applies target at once: there was nothing to take back.
+func (r *IdempotentConsumerReconciler) retentionToDropBy(ctx context.Context, s *reconcileState, target time.Duration) time.Duration {
+	obj := s.obj
+	st := obj.Status.Retention
+	applied, err := time.Duration(0), error(nil)
+	if st != nil {
+		applied, err = time.ParseDuration(st.Applied)
+	}
+	if st == nil || err != nil || applied <= 0 {
+		obj.Status.Retention = &kafkav1alpha1.RetentionStatus{Applied: target.String()}
+		return target
+	}
+	pd := st.PendingDecrease
+	if target >= applied {
+		if pd != nil {
+			msg := fmt.Sprintf("spec.dedup.retention is %s again (it was lowered to %s at %s): every partition is kept", target, pd.Retention, pd.DetectedTime.UTC().Format(time.RFC3339))
+			r.event(obj, corev1.EventTypeNormal, ReasonRetentionDecreaseCancelled, actionMaintainPartitions, msg)
+			log.FromContext(ctx).Info("Retention decrease taken back", "retention", target, "lowered", pd.Retention)
+		}
+		obj.Status.Retention = &kafkav1alpha1.RetentionStatus{Applied: target.String()}
+		return target
+	}
+	started := pd == nil || pd.Retention != target.String()
+	if started {
+		pd = &kafkav1alpha1.RetentionDecrease{Retention: target.String(), DetectedTime: metav1.NewTime(s.now.UTC().Truncate(time.Second))}
+	}
+	// The grace is read on every run, so changing it applies to a pending
+	// decrease too.
+	pd.DropTime = metav1.NewTime(pd.DetectedTime.Add(obj.RetentionDecreaseGrace()))
+	if !s.now.Before(pd.DropTime.Time) {
+		msg := fmt.Sprintf("spec.dedup.retention was lowered from %s to %s at %s and its grace period has passed: partitions are dropped by %s now",
+			applied, target, pd.DetectedTime.UTC().Format(time.RFC3339), target)
+		r.event(obj, corev1.EventTypeNormal, ReasonRetentionDecreaseApplied, actionMaintainPartitions, msg)
+		log.FromContext(ctx).Info("Retention decrease applied", "retention", target, "previous", applied)
+		obj.Status.Retention = &kafkav1alpha1.RetentionStatus{Applied: target.String()}
+		return target
+	}
+	st.PendingDecrease = pd
+	if started {
+		msg := fmt.Sprintf("spec.dedup.retention was lowered from %s to %s: the partitions only the decrease makes expired are dropped at %s (spec.dedup.retentionDecreaseGrace %s), and the event ids in them forgotten. Set it back to %s before then to keep every partition; status.retention.pendingDecrease lists them",
+			applied, target, pd.DropTime.UTC().Format(time.RFC3339), obj.RetentionDecreaseGrace(), applied)
+		r.event(obj, corev1.EventTypeWarning, ReasonRetentionDecreasePending, actionMaintainPartitions, msg)
+		log.FromContext(ctx).Info("Retention decrease pending", "retention", target, "applied", applied, "dropTime", pd.DropTime.Time)
+	}
+	s.requeue(pd.DropTime.Sub(s.now))
+	return applied
+}
+
+// maxPendingPartitions caps the partition names a pending decrease lists.
+const maxPendingPartitions = 10
+
+// recordPendingDecrease fills in what a pending decrease will drop at its
+// drop time: our partitions that end retention-target before it or earlier
+// (expired under target) and that the applied retention keeps until then.
+func recordPendingDecrease(obj *kafkav1alpha1.IdempotentConsumer, ours []dedup.Partition, applied, target time.Duration) {
+	if obj.Status.Retention == nil || obj.Status.Retention.PendingDecrease == nil {
+		return
+	}
+	pd := obj.Status.Retention.PendingDecrease
+	at := pd.DropTime.Time
+	pd.PartitionCount, pd.Partitions, pd.ForgetBefore = 0, nil, nil
+	for _, p := range ours {
+		if p.To.After(at.Add(-target)) || !p.To.After(at.Add(-applied)) {
+			continue
+		}
+		pd.PartitionCount++
+		if len(pd.Partitions) < maxPendingPartitions {
+			pd.Partitions = append(pd.Partitions, p.Name)
+		}
+		t := metav1.NewTime(p.To.UTC())
+		pd.ForgetBefore = &t
+	}
+	what := "no partition yet (more expire under it as time passes)"
+	if pd.ForgetBefore != nil {
+		what = fmt.Sprintf("%d partition(s), the event ids from before %s", pd.PartitionCount, pd.ForgetBefore.UTC().Format(time.RFC3339))
+	}
+	pd.Message = fmt.Sprintf("spec.dedup.retention was lowered from %s to %s at %s: at %s it drops %s. Set spec.dedup.retention back to %s before then to keep every partition",
+		applied, target, pd.DetectedTime.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339), what, applied)
 }
 
 // recordPartitions writes the window and partition summary into status.

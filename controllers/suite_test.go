@@ -17,9 +17,11 @@ limitations under the License.
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -39,8 +41,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -168,6 +172,10 @@ func startEnv(t *testing.T, eo envOptions) *testEnv {
 		t.Fatal(err)
 	}
 
+	// What `make install` installs beside the CRDs (config/crd): the API
+	// server's warning on a lower retention.
+	installManifests(t, te.c, filepath.Join("..", "config", "crd", "retention_decrease_warning.yaml"))
+
 	var logOut io.Writer = te.logs
 	if eo.discardLogs {
 		logOut = io.Discard
@@ -288,6 +296,33 @@ func (te *testEnv) startManager(t *testing.T, restCfg *rest.Config, eo envOption
 	defer syncCancel()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
 		t.Fatalf("cache did not sync within 1m (a watch refused?); manager log:\n%s", te.logs.String())
+	}
+}
+
+// installManifests creates every object of the YAML files (documents
+// separated by ---), as kubectl apply would.
+func installManifests(t *testing.T, c client.Client, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("decoding %s: %v", f, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if err := c.Create(context.Background(), u); err != nil {
+				t.Fatalf("creating %s %s from %s: %v", u.GetKind(), u.GetName(), f, err)
+			}
+		}
 	}
 }
 

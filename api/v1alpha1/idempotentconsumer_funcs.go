@@ -187,6 +187,7 @@ const (
 	DefaultSchema         = "public"
 	DefaultTable          = "processed_event"
 	DefaultRetention      = 7 * 24 * time.Hour
+	DefaultRetentionGrace = time.Hour
 	DefaultPremake        = 4
 	DefaultBatchMessages  = 500
 	DefaultBatchMaxWait   = 200 * time.Millisecond
@@ -265,6 +266,17 @@ func (c *IdempotentConsumer) Retention() time.Duration {
 		return DefaultRetention
 	}
 	return c.Spec.Dedup.Retention.Duration
+}
+
+// RetentionDecreaseGrace is spec.dedup.retentionDecreaseGrace or its
+// default. The CRD has no default for it on purpose: a defaulted "1h" reads
+// back through typed clients as "1h0m0s", a spec change that GitOps tools
+// report as drift.
+func (c *IdempotentConsumer) RetentionDecreaseGrace() time.Duration {
+	if c.Spec.Dedup.RetentionDecreaseGrace == nil || c.Spec.Dedup.RetentionDecreaseGrace.Duration <= 0 {
+		return DefaultRetentionGrace
+	}
+	return c.Spec.Dedup.RetentionDecreaseGrace.Duration
 }
 
 // Premake is spec.dedup.premake or its default.

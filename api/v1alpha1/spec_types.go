@@ -319,12 +319,32 @@ type DedupSpec struct {
 	// in hours, minutes or seconds (168h is 7 days; days are not accepted).
 	// Keep it at least the topic's retention plus any replay window, or a
 	// replay of older events is processed twice. Default 168h.
+	//
+	// Lowering it can be taken back: the API server warns on the change
+	// (a ValidatingAdmissionPolicy installed with the CRD), status.retention
+	// says which partitions the decrease will drop and when, a Warning Event
+	// (RetentionDecreasePending) is emitted, and the partitions that only the
+	// decrease made expired are kept for retentionDecreaseGrace (default 1h)
+	// before they are dropped. Raising it back within that time keeps every
+	// partition. Increases, and partitions that expire under the previous
+	// retention, take effect at once as before.
 	// +optional
 	// +kubebuilder:default="168h"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(h|m|s|ms))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('87840h')",message="retention must be at most 87840h (10 years)"
 	Retention *metav1.Duration `json:"retention,omitempty"`
+
+	// retentionDecreaseGrace is how long, after a decrease of retention is
+	// seen, the partitions that only the decrease made expired are kept
+	// before they are dropped; raising retention back within it keeps them
+	// all. A further decrease starts the grace again. Default 1h; at least
+	// 10m (time to notice the warning and revert), at most 720h.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(h|m|s|ms))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10m') && duration(self) <= duration('720h')",message="retentionDecreaseGrace must be between 10m and 720h"
+	RetentionDecreaseGrace *metav1.Duration `json:"retentionDecreaseGrace,omitempty"`
 
 	// interval is the time span one partition covers: Hourly, Daily (the
 	// default), Weekly or Monthly. Immutable: existing partitions have its

@@ -116,6 +116,11 @@ type IdempotentConsumerStatus struct {
 	// +optional
 	IdempotencyKey *IdempotencyKeyStatus `json:"idempotencyKey,omitempty"`
 
+	// retention is the dedup retention partitions are dropped by, and a
+	// decrease of spec.dedup.retention waiting out its grace period.
+	// +optional
+	Retention *RetentionStatus `json:"retention,omitempty"`
+
 	// platform says which CloudNativePG and Strimzi objects, Secrets and
 	// endpoints were used (docs/platforms.md).
 	// +optional
@@ -125,6 +130,46 @@ type IdempotentConsumerStatus struct {
 	// consumer (docs/dead-letters.md, "Depth"); absent while there are none.
 	// +optional
 	DeadLetterReplays *DeadLetterReplaysStatus `json:"deadLetterReplays,omitempty"`
+}
+
+// RetentionStatus is the retention partition maintenance drops by.
+type RetentionStatus struct {
+	// applied is the retention expired partitions are dropped by: the spec's
+	// (a shared table's longest registered), or while a decrease waits out
+	// its grace period the retention before it.
+	Applied string `json:"applied"`
+
+	// pendingDecrease is present while a lower retention waits out
+	// spec.dedup.retentionDecreaseGrace: raise spec.dedup.retention back to
+	// applied before dropTime to keep every partition.
+	// +optional
+	PendingDecrease *RetentionDecrease `json:"pendingDecrease,omitempty"`
+}
+
+// RetentionDecrease is a lower retention that is not applied yet.
+type RetentionDecrease struct {
+	// retention is the lowered retention, applied at dropTime.
+	Retention string `json:"retention"`
+	// detectedTime is when the operator first saw it.
+	DetectedTime metav1.Time `json:"detectedTime"`
+	// dropTime is when the grace period ends and the partitions expired
+	// under the lowered retention are dropped.
+	DropTime metav1.Time `json:"dropTime"`
+	// partitionCount is how many partitions the decrease will drop at
+	// dropTime that the applied retention would keep.
+	// +optional
+	PartitionCount int32 `json:"partitionCount,omitempty"`
+	// partitions are the first of them, oldest first.
+	// +optional
+	// +listType=atomic
+	Partitions []string `json:"partitions,omitempty"`
+	// forgetBefore: ids of events from before this time are forgotten at
+	// dropTime (the end of the newest partition the decrease drops).
+	// +optional
+	ForgetBefore *metav1.Time `json:"forgetBefore,omitempty"`
+	// message says the same in a sentence.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // IdempotencyKeyStatus records the HTTP sink's Idempotency-Key template.

@@ -42,6 +42,33 @@ func TestInstallDeployUndeployUninstall(t *testing.T) {
 	}
 	must(kubectl("apply", "-n", "default", "-k", filepath.Join(root, "config", "samples")))
 
+	// `make install` brought the API server's warning on a lower retention
+	// along with the CRD: kubectl apply of a typo (24h for 168h) prints it.
+	// The policy takes effect a moment after it is created, so wait on dry
+	// runs first.
+	sample, err := os.ReadFile(filepath.Join(root, "config", "samples", "kafka_v1alpha1_idempotentconsumer_ledger.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lowered := filepath.Join(tmp, "ledger-24h.yaml")
+	if !strings.Contains(string(sample), "retention: 168h") {
+		t.Fatal("the ledger sample no longer says retention: 168h")
+	}
+	if err := os.WriteFile(lowered, []byte(strings.Replace(string(sample), "retention: 168h", "retention: 24h", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const warning = "spec.dedup.retention is lowered from 168h to 24h"
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if out := must(kubectl("apply", "-n", "default", "--dry-run=server", "-f", lowered)); strings.Contains(out, warning) {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("kubectl apply --dry-run=server of a lower retention printed no warning within 30s:\n%s", out)
+		}
+	}
+	if out := must(kubectl("apply", "-n", "default", "-f", lowered)); !strings.Contains(out, "Warning: ") || !strings.Contains(out, warning) {
+		t.Errorf("kubectl apply of a lower retention printed:\n%s\nwant a Warning saying %q", out, warning)
+	}
+
 	// Removing the operator leaves the CRD and the objects.
 	must(mkc("undeploy"))
 	must(kubectl("get", crdName))

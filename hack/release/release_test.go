@@ -72,7 +72,8 @@ func images(v any, out *[]string) {
 // TestBuildInstaller renders the install as a release does and checks that
 // every image in it, the operator's and the consumer image the manager
 // defaults to, carries the release's tag; and that the CRD is in crds.yaml
-// only, so that deleting install.yaml leaves it and every object.
+// only, so that deleting install.yaml leaves it and every object, with the
+// retention-decrease warning policy beside it.
 func TestBuildInstaller(t *testing.T) {
 	dist := t.TempDir()
 	// -o manifests: the generated CRD is checked by verify-generated; don't
@@ -122,9 +123,16 @@ func TestBuildInstaller(t *testing.T) {
 			wantCRDs[o.GetName()] = false
 		}
 	}
+	// Beside them, the API server's warning on a lower retention
+	// (config/crd/retention_decrease_warning.yaml): it goes with the CRD.
+	wantPolicy := map[string]bool{"ValidatingAdmissionPolicy": false, "ValidatingAdmissionPolicyBinding": false}
 	for _, o := range decode(t, filepath.Join(dist, "crds.yaml")) {
+		if _, ok := wantPolicy[o.GetKind()]; ok && o.GetName() == "retention-decrease.kafka.idempotency.dev" {
+			wantPolicy[o.GetKind()] = true
+			continue
+		}
 		if o.GetKind() != "CustomResourceDefinition" {
-			t.Errorf("crds.yaml has %s %s: want only CustomResourceDefinitions", o.GetKind(), o.GetName())
+			t.Errorf("crds.yaml has %s %s: want only CustomResourceDefinitions and the retention-decrease policy", o.GetKind(), o.GetName())
 			continue
 		}
 		if _, ok := wantCRDs[o.GetName()]; !ok {
@@ -135,6 +143,11 @@ func TestBuildInstaller(t *testing.T) {
 	for name, seen := range wantCRDs {
 		if !seen {
 			t.Errorf("crds.yaml lacks CRD %s", name)
+		}
+	}
+	for kind, seen := range wantPolicy {
+		if !seen {
+			t.Errorf("crds.yaml lacks %s retention-decrease.kafka.idempotency.dev", kind)
 		}
 	}
 }
