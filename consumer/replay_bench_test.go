@@ -44,7 +44,7 @@ import (
 //	CONSUMER_BENCH_REPLAY=1 go test ./consumer/ -run '^TestBenchReplay$' -count=1 -v -timeout 30m
 //
 // CONSUMER_BENCH_EVENTS sets N (default 20000), CONSUMER_BENCH_ROUNDS the
-// rounds (default 3). The last line is "RESULT replay eps=... vs_consumer=...".
+// rounds (default 5). The last line is "RESULT replay eps=... vs_consumer=...".
 func TestBenchReplay(t *testing.T) {
 	if os.Getenv("CONSUMER_BENCH_REPLAY") == "" {
 		t.Skip("set CONSUMER_BENCH_REPLAY=1 to run the benchmark")
@@ -53,7 +53,7 @@ func TestBenchReplay(t *testing.T) {
 	if s := os.Getenv("CONSUMER_BENCH_EVENTS"); s != "" {
 		n, _ = strconv.Atoi(s)
 	}
-	rounds := 3
+	rounds := 5
 	if s := os.Getenv("CONSUMER_BENCH_ROUNDS"); s != "" {
 		rounds, _ = strconv.Atoi(s)
 	}
@@ -174,7 +174,14 @@ func TestBenchReplay(t *testing.T) {
 	var lives, replays, ratios []float64
 	for i := range rounds {
 		g := strconv.Itoa(i)
-		l, r := live("live-"+g), replayed("replay-"+g, "r"+g)
+		// Paired, in alternating order, so that a drift in the machine's
+		// load favours neither.
+		var l, r float64
+		if i%2 == 0 {
+			l, r = live("live-"+g), replayed("replay-"+g, "r"+g)
+		} else {
+			r, l = replayed("replay-"+g, "r"+g), live("live-"+g)
+		}
 		lives, replays, ratios = append(lives, l), append(replays, r), append(ratios, r/l)
 		t.Logf("round %d: live consumer %.0f, replay %.0f records/s (%.2fx)", i, l, r, r/l)
 	}
