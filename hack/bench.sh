@@ -5,10 +5,10 @@
 # those lines last, prefixed with the benchmark's name.
 #
 #   make bench                 # all of them
-#   BENCH=dedup make bench     # one of: dedup claim anylang consumer latency startup rollout slow_sink memory scale operator operator_cost
+#   BENCH=dedup make bench     # one of: dedup claim anylang consumer replay latency startup rollout slow_sink memory scale operator operator_cost
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-which="${BENCH:-dedup claim anylang consumer latency startup rollout slow_sink memory scale operator}"
+which="${BENCH:-dedup claim anylang consumer replay latency startup rollout slow_sink memory scale operator}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
@@ -55,6 +55,9 @@ for b in $which; do
 	consumer)
 		# The runtime vs one transaction + one offset commit per message; vs no dedup; 50% duplicates; consumer RSS.
 		run consumer env CONSUMER_BENCH=1 go test ./consumer/ -run '^TestBench$' -count=1 -v -timeout 30m || status=1 ;;
+	replay)
+		# A dead-letter replay (Consumer.Replay) over N dead letters vs the live consumer over the N events they were made from, same SQL sink, paired rounds (RESULT replay eps=... vs_consumer=... events=... pass=...; target vs_consumer >= 0.8).
+		run replay env CONSUMER_BENCH_REPLAY=1 go test ./consumer/ -run '^TestBenchReplay$' -count=1 -v -timeout 30m || status=1 ;;
 	latency)
 		# Send-to-commit latency at a steady 50 and 500 events/s, SQL sink with default batching vs the per-message pattern, both from PostgreSQL commit timestamps (RESULT latency rate=... p50_ms=... p99_ms=... permsg_p99_ms=... p99_vs_permsg=...).
 		run latency env CONSUMER_BENCH_LATENCY=1 go test ./consumer/ -run '^TestBenchLatency$' -count=1 -v -timeout 10m || status=1 ;;
@@ -86,7 +89,7 @@ for b in $which; do
 		# Only RESULT operator_cost, with OPERATOR_COST_OBJECTS (default 1000) objects and a short quiet period.
 		assets="$(hack/envtest.sh)"
 		run operator_cost env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 OPERATOR_BENCH_PROCESS=1 OPERATOR_BENCH_OBJECTS="${OPERATOR_COST_OBJECTS:-1000}" OPERATOR_BENCH_QUIET=5s go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1 ;;
-	*) echo "bench: unknown benchmark $b (dedup, claim, anylang, consumer, latency, startup, rollout, slow_sink, memory, scale, operator, operator_cost)" >&2; exit 2 ;;
+	*) echo "bench: unknown benchmark $b (dedup, claim, anylang, consumer, replay, latency, startup, rollout, slow_sink, memory, scale, operator, operator_cost)" >&2; exit 2 ;;
 	esac
 done
 echo

@@ -7,4 +7,5 @@ const (
 	duplicatesMetric    = consumer.MetricsNamespace + "_duplicates_skipped_total"
 	reasonHeader        = consumer.HeaderDLQReason
 	outsideWindowReason = "outside_window"
+	handlerFailedReason = "handler_failed"
 )

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,6 +49,19 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "RECONCILED unique=600 rows=600") {
 		t.Fatalf("report lacks the reconciled line:\n%s", out.String())
+	}
+	// The dead-letter round trip: every dead letter selected; the events
+	// the ledger refused until its limit was raised applied, each once; the
+	// never-valid and malformed ones parked; the line checked against the
+	// database by the report.
+	wl := rep.Workload
+	selected := sum(wl.Malformed) + wl.OutsideWindow + len(wl.Rejected) + len(wl.Broken)
+	want := fmt.Sprintf("REPLAYED selected=%d applied=%d parked=%d\n", selected, len(wl.Rejected), sum(wl.Malformed)+len(wl.Broken))
+	if len(wl.Rejected) == 0 || len(wl.Broken) == 0 || !strings.Contains(out.String(), want) {
+		t.Fatalf("report lacks %q:\n%s", want, out.String())
+	}
+	if r := rep.Replay; r.ByReason[handlerFailedReason] != int64(len(wl.Rejected)+len(wl.Broken)) || r.LedgerApplied != len(wl.Rejected) {
+		t.Fatalf("replay: %+v", r)
 	}
 	if after := leftovers(t); len(after) > len(before) {
 		t.Fatalf("demo left temporary directories behind: %v", after)

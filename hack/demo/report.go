@@ -39,6 +39,8 @@ type Report struct {
 	Ready             bool
 	LogsChecked       int      // operator and consumer logs scanned for the database password
 	SecretLeaks       []string // logs that contained it
+
+	Replay *ReplayReport // the dead-letter round trip, after the rest was taken
 }
 
 func buildReport(ctx context.Context, k8s client.Client, ic *unstructured.Unstructured, wl *Workload, dbURL string, brokers []string, dlq string, consumers []*localstack.Consumer) (*Report, error) {
@@ -200,6 +202,9 @@ func (r *Report) Check() []string {
 			p = append(p, fmt.Sprintf("dead-lettered %s: %d, want %d", reason, r.DeadLetter[reason], n))
 		}
 	}
+	if want := len(wl.Rejected) + len(wl.Broken); r.DeadLetter[handlerFailedReason] != want {
+		p = append(p, fmt.Sprintf("dead-lettered %s: %d, want %d (the events the ledger refused)", handlerFailedReason, r.DeadLetter[handlerFailedReason], want))
+	}
 	if r.DeadLetter[outsideWindowReason] != wl.OutsideWindow {
 		p = append(p, fmt.Sprintf("dead-lettered %s: %d, want %d", outsideWindowReason, r.DeadLetter[outsideWindowReason], wl.OutsideWindow))
 	}
@@ -211,6 +216,11 @@ func (r *Report) Check() []string {
 	}
 	if !r.Ready {
 		p = append(p, "the IdempotentConsumer is not Ready")
+	}
+	if r.Replay == nil {
+		p = append(p, "no dead-letter replay ran")
+	} else {
+		p = append(p, r.Replay.Check()...)
 	}
 	return p
 }
@@ -228,6 +238,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  duplicates               %d (of which replay of an older range: %d)\n", wl.Duplicates, wl.Replayed)
 	fmt.Fprintf(w, "  malformed                %d\n", sum(wl.Malformed))
 	fmt.Fprintf(w, "  outside the dedup window %d\n", wl.OutsideWindow)
+	fmt.Fprintf(w, "  refused by the ledger    %d (%d until its limit is raised, %d never valid)\n", len(wl.Rejected)+len(wl.Broken), len(wl.Rejected), len(wl.Broken))
 	fmt.Fprintf(w, "business rows written      %d (distinct ids %d, ids applied twice %d, total amount %d, expected %d)\n",
 		r.LedgerRows, r.LedgerDistinct, r.LedgerTwice, r.LedgerAmount, wl.ExpectedAmount)
 	fmt.Fprintf(w, "processed_event rows       %d\n", r.ProcessedEvents)
@@ -249,6 +260,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintln(w, "IdempotentConsumer status conditions")
 	for _, c := range r.Conditions {
 		fmt.Fprintf(w, "  %s\n", c)
+	}
+	if r.Replay != nil {
+		r.Replay.Print(w)
 	}
 	if problems := r.Check(); len(problems) == 0 {
 		fmt.Fprintf(w, "RECONCILED unique=%d rows=%d duplicates_applied=0 dlq=%d\n", wl.Unique, r.LedgerRows, sum(r.DeadLetter))

@@ -31,6 +31,15 @@ const ledgerDDL = `CREATE TABLE IF NOT EXISTS ledger (
 	applied_at timestamptz NOT NULL DEFAULT now()
 )`
 
+// ledgerRulesDDL are the ledger's business rules, which the demo's
+// refused events break: an amount limit (dropped by the "fix" before the
+// replay, fixLedgerDDL) and positive amounts (kept).
+const (
+	ledgerRulesDDL = `ALTER TABLE ledger ADD CONSTRAINT ledger_amount_positive CHECK (amount > 0),
+	ADD CONSTRAINT ledger_amount_limit CHECK (amount <= 100000)`
+	fixLedgerDDL = `ALTER TABLE ledger DROP CONSTRAINT ledger_amount_limit`
+)
+
 // system is one demo run: what it started, in order.
 type system struct {
 	opts    Options
@@ -116,7 +125,7 @@ func (s *system) build(ctx context.Context) error {
 func (s *system) startData(ctx context.Context) error {
 	s.step("starting PostgreSQL")
 	var err error
-	if s.pg, s.dbURL, err = localstack.StartPostgres(ctx, s.cl, "demo", []string{ledgerDDL}); err != nil {
+	if s.pg, s.dbURL, err = localstack.StartPostgres(ctx, s.cl, "demo", []string{ledgerDDL, ledgerRulesDDL}); err != nil {
 		return err
 	}
 	s.step("starting the Kafka-protocol broker")
@@ -202,6 +211,10 @@ func (s *system) runSample(ctx context.Context) (*Report, error) {
 	}
 	rep, err := buildReport(ctx, s.k8s, ic, wl, s.dbURL, s.brokers, dlq, consumers)
 	if err != nil {
+		return rep, err
+	}
+	// The dead-letter round trip, the consumers still running.
+	if rep.Replay, err = s.runReplay(ctx, ic, rep, dlq); err != nil {
 		return rep, err
 	}
 	// Log hygiene: the operator and the consumers handled the database URL

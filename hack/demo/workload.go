@@ -23,7 +23,21 @@ type Workload struct {
 	OutsideWindow  int            // valid UUID v7 ids far outside the window
 	AmountByID     map[uuid.UUID]int64
 	ExpectedAmount int64 // sum of amounts over unique ids: what the ledger must hold
+	// Valid events the ledger refuses (SQLSTATE 23514, dead-lettered as
+	// handler_failed): Rejected over its amount limit until the demo
+	// raises it (fixable: a replay applies them), Broken with an amount
+	// that is never valid (they fail again and are parked).
+	Rejected, Broken map[uuid.UUID]int64
 }
+
+// The ledger's rules (ledgerRulesDDL): amounts above amountLimit are
+// refused until the demo drops the limit (the "bug fix"); amounts <= 0
+// always.
+const (
+	amountLimit    = 100_000
+	rejectedEvents = 10
+	brokenEvents   = 3
+)
 
 // ledgerEvent is the JSON envelope the demo produces: eventId (UUID v7), type,
 // occurredAt, and the payment fields the ledger sample's SQL sink reads.
@@ -53,7 +67,8 @@ func newV7At(t time.Time) uuid.UUID {
 // of each kind, and events far outside the dedup window.
 func produceWorkload(ctx context.Context, w *kafka.Writer, unique int, seed uint64, now time.Time) (*Workload, error) {
 	rng := mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) //nolint:gosec // G404: a seeded workload, reproducible on purpose
-	wl := &Workload{Malformed: map[string]int{}, AmountByID: map[uuid.UUID]int64{}}
+	wl := &Workload{Malformed: map[string]int{}, AmountByID: map[uuid.UUID]int64{},
+		Rejected: map[uuid.UUID]int64{}, Broken: map[uuid.UUID]int64{}}
 
 	encode := func(id uuid.UUID, at time.Time, amount int64) []byte {
 		b, _ := json.Marshal(ledgerEvent{
@@ -135,6 +150,21 @@ func produceWorkload(ctx context.Context, w *kafka.Writer, unique int, seed uint
 			return wl, err
 		}
 		wl.Malformed[b.reason]++
+	}
+	// Valid events the ledger refuses: over its limit (until it is raised),
+	// and never valid.
+	for i := range rejectedEvents + brokenEvents {
+		id := newV7At(now.Add(-time.Minute))
+		amount := int64(amountLimit + 1 + rng.IntN(amountLimit))
+		if i >= rejectedEvents {
+			amount = -int64(rng.IntN(100) + 1)
+			wl.Broken[id] = amount
+		} else {
+			wl.Rejected[id] = amount
+		}
+		if err := add(id.String(), encode(id, now.Add(-time.Minute), amount)); err != nil {
+			return wl, err
+		}
 	}
 	// Valid ids far outside the window: a year old, and a year ahead.
 	for _, at := range []time.Time{now.AddDate(-1, 0, 0), now.AddDate(1, 0, 0)} {

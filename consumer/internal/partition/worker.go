@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -47,6 +48,12 @@ type Deps struct {
 	// Replay is set when the partitions replay dead letters (nil for the
 	// live consumer): see internal/replay.
 	Replay Replay
+	// FetchMaxWait is how long a fetch at the end of the log waits for new
+	// records (0: 500ms). Closing a reader waits for its fetch in flight,
+	// so a replay, which stops at an end offset it knows in advance, sets
+	// it short: else each partition's worker would end up to 500ms after
+	// its last record.
+	FetchMaxWait time.Duration
 
 	Log         *slog.Logger
 	Secrets     []string
@@ -142,7 +149,7 @@ func (w *Worker) Run(genCtx context.Context, pipeline func(*Worker)) {
 		QueueCapacity:  w.Mem.Plan.QueueCapacity,
 		MinBytes:       1,
 		MaxBytes:       w.Mem.Plan.FetchMaxBytes,
-		MaxWait:        500 * time.Millisecond,
+		MaxWait:        cmp.Or(c.FetchMaxWait, 500*time.Millisecond),
 		ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second,
 		MaxAttempts:    3,

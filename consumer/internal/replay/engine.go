@@ -89,6 +89,9 @@ func replayPolicies(spec contract.Spec) map[event.Reason]event.Policy {
 	return pol
 }
 
+// replayFetchMaxWait is the replay's FetchMaxWait (partition.Deps).
+const replayFetchMaxWait = 20 * time.Millisecond
+
 // bounds is where a partition's replay starts and ends.
 type bounds struct {
 	p          int
@@ -108,6 +111,10 @@ func apply(ctx context.Context, cfg Config, parts []int) (contract.Result, error
 	d := *live
 	d.Topic, d.PositionsKey, d.DisableDedup = live.DeadLetterTopic, key, false
 	d.Policies = replayPolicies(spec)
+	// The records are all there (up to the end offsets taken below): a
+	// fetch waits only at a partition's end, where the worker stops, and
+	// its reader's Close waits for that fetch.
+	d.FetchMaxWait = replayFetchMaxWait
 	d.Log = live.Log.With("replay", spec.ID, "deadLetterTopic", live.DeadLetterTopic)
 	e := &engine{spec: spec, deps: &d, sel: newSelector(spec.Selection, cutoff, spec.ID), maxReplays: spec.MaxReplays,
 		store: st, metric: cfg.Records, pending: map[int][]pending{}}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -20,7 +21,8 @@ import (
 // answer /readyz (ReportLocalRollout), restarts them when the template's
 // generation changes, and stops them when the Deployment goes. No kubelet
 // runs next to envtest, so without it an object applied by hand would never
-// get a running consumer.
+// get a running consumer. It also runs the Jobs the operator manages (a
+// DeadLetterReplay's) once each, as local processes (RunJob).
 type Kubelet struct {
 	K8s     client.Client
 	Binary  string    // cmd/consumer, standing in for the consumer image
@@ -32,6 +34,8 @@ type Kubelet struct {
 
 	mu      sync.Mutex
 	running map[types.NamespacedName]*localDeployment
+	jobs    map[types.UID]bool // the Jobs started
+	jobsWG  sync.WaitGroup
 }
 
 type localDeployment struct {
@@ -46,6 +50,7 @@ const kubeletRetry = 5 * time.Second
 // process it started.
 func (k *Kubelet) Run(ctx context.Context) {
 	defer k.stopAll()
+	defer k.jobsWG.Wait() // RunJob stops its process when ctx ends
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -69,6 +74,7 @@ func (k *Kubelet) Consumers(ns, name string) []*Consumer {
 }
 
 func (k *Kubelet) sync(ctx context.Context) {
+	k.syncJobs(ctx)
 	var list appsv1.DeploymentList
 	if err := k.K8s.List(ctx, &list, client.MatchingLabels{"app.kubernetes.io/managed-by": "idempotency-operator"}); err != nil {
 		if ctx.Err() == nil {
@@ -117,6 +123,41 @@ func (k *Kubelet) sync(ctx context.Context) {
 		}
 	}
 	k.mu.Unlock()
+}
+
+// syncJobs starts each unfinished managed Job not started yet.
+func (k *Kubelet) syncJobs(ctx context.Context) {
+	var list batchv1.JobList
+	if err := k.K8s.List(ctx, &list, client.MatchingLabels{"app.kubernetes.io/managed-by": "idempotency-operator"}); err != nil {
+		if ctx.Err() == nil {
+			k.Log("local kubelet: listing Jobs: %v", err)
+		}
+		return
+	}
+	for i := range list.Items {
+		job := &list.Items[i]
+		k.mu.Lock()
+		started := k.jobs[job.UID]
+		if !started && !jobFinished(job) {
+			if k.jobs == nil {
+				k.jobs = map[types.UID]bool{}
+			}
+			k.jobs[job.UID] = true
+			started = false
+		} else {
+			started = true
+		}
+		k.mu.Unlock()
+		if started {
+			continue
+		}
+		k.Log("local kubelet: running Job %s/%s as a local process", job.Namespace, job.Name)
+		k.jobsWG.Go(func() {
+			if err := RunJob(ctx, k.K8s, job, k.Binary, k.Work, k.Verbose); err != nil && ctx.Err() == nil {
+				k.Log("local kubelet: Job %s/%s: %v", job.Namespace, job.Name, err)
+			}
+		})
+	}
 }
 
 func (k *Kubelet) start(ctx context.Context, dep *appsv1.Deployment, d *localDeployment) error {
