@@ -211,9 +211,9 @@ func TestTopicRecheck(t *testing.T) {
 		if got.Generation != created.Generation {
 			t.Errorf("generation %d -> %d: the object was changed", created.Generation, got.Generation)
 		}
-		// Ready was False (BrokerUnreachable) while the broker was down,
-		// and turns True again with no change to the object.
-		te.waitReady(t, ns, "flaky")
+		if c := got.GetCondition(kafkav1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+			t.Errorf("Ready = %+v, want True throughout", c)
+		}
 		waitConditionSeries(t, ns, "pay", kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionTrue)
 	})
 }
