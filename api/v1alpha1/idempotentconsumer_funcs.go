@@ -160,9 +160,7 @@ const (
 	ReasonProgressing = "Progressing"
 	ReasonRetrying    = "Retrying"
 
-	// KafkaReady (the ones from BrokerUnreachable on are also the reasons
-	// of TopicRetentionCovered and ReplicasWithinPartitions when the
-	// brokers could not tell).
+	// KafkaReady (and BrokerUnreachable to InvalidKafkaCredentials below).
 	ReasonTopicsFound             = "TopicsFound"
 	ReasonDeadLetterTopicNotFound = "DeadLetterTopicNotFound"
 
