@@ -78,6 +78,7 @@ func testAutoscaling(t *testing.T, te *testEnv) {
 	if err := k.CreateTopic(ctx, "scaled", 3, map[string]string{"retention.ms": retentionMS(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
+	k.MustCreateTopic(t, "scaled.dlq", 1)
 	ns := te.namespace(t)
 	te.secret(t, ns, "db", map[string]string{"url": consumertest.DatabaseURL(t)})
 	const name = "auto"

@@ -169,3 +169,27 @@ func (r *IdempotentConsumerReconciler) topicsUnknown(ctx context.Context, s *rec
 	r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionUnknown, reason, message)
 	r.topicWarning(ctx, s, kafkav1alpha1.ConditionReplicasWithinPartitions, metav1.ConditionUnknown, reason, message)
 }
+
+// kafkaNotReady sets KafkaReady False with the reason and, for an object
+// with spec.consumer, reports the problem as transient, so Ready is False
+// with that reason unless a problem found earlier (database, partitions)
+// or one no retry can fix (Stalled) comes first. The consumer Deployment is
+// still reconciled. A table-only object only reports it: its table serves a
+// consumer the operator does not run, and needs no topic to be ready.
+// One Warning Event per change of reason.
+func (r *IdempotentConsumerReconciler) kafkaNotReady(ctx context.Context, s *reconcileState, reason, message string) {
+	message = s.scrub(message)
+	if s.obj.HasConsumer() {
+		s.retry(reason, message)
+		observeProblem(reason)
+	}
+	if s.obj.SetCondition(kafkav1alpha1.ConditionKafkaReady, metav1.ConditionFalse, reason, message) {
+		r.event(s.obj, corev1.EventTypeWarning, reason, actionInspectTopics, message)
+		log.FromContext(ctx).Info("Kafka not ready", "reason", reason, "message", message)
+	}
+}
+
+// kafkaReady sets KafkaReady True.
+func (r *IdempotentConsumerReconciler) kafkaReady(_ context.Context, s *reconcileState, message string) {
+	s.obj.SetCondition(kafkav1alpha1.ConditionKafkaReady, metav1.ConditionTrue, kafkav1alpha1.ReasonTopicsFound, s.scrub(message))
+}

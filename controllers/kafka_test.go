@@ -177,12 +177,26 @@ func TestTopicCacheSchedule(t *testing.T) {
 		c.forget(key)
 		o := c.put(key, "fp", t0, "t", "t.dlq", infos, nil, "", sched)
 		wantOK := name == "retention of dlq?" // the dead-letter topic's retention is optional
-		if o.conclusive() != wantOK {
-			t.Errorf("%s: conclusive = %v, want %v", name, o.conclusive(), wantOK)
+		if o.conclusive(true) != wantOK {
+			t.Errorf("%s: conclusive = %v, want %v", name, o.conclusive(true), wantOK)
 		}
 		if want := map[bool]time.Duration{true: 30 * time.Minute, false: time.Minute}[wantOK]; o.next.Sub(t0) != want {
 			t.Errorf("%s: next in %s, want %s", name, o.next.Sub(t0), want)
 		}
+	}
+
+	// A missing dead-letter topic is a problem to look again for on the
+	// backoff when the object's consumer dead-letters there (requireDLQ),
+	// and nothing for a table-only object.
+	c.forget(key)
+	withDLQ := sched
+	withDLQ.requireDLQ = true
+	if o := c.put(key, "fp", t0, "t", "t.dlq", good, nil, "", withDLQ); o.failures != 1 || o.next.Sub(t0) != time.Minute {
+		t.Errorf("dead-letter topic missing, consumer: failures %d, next in %s; want 1, 1m", o.failures, o.next.Sub(t0))
+	}
+	c.forget(key)
+	if o := c.put(key, "fp", t0, "t", "t.dlq", good, nil, "", sched); o.failures != 0 || o.next.Sub(t0) != 30*time.Minute {
+		t.Errorf("dead-letter topic missing, table only: failures %d, next in %s; want 0, 30m", o.failures, o.next.Sub(t0))
 	}
 
 	// Periodic checks disabled: a conclusive look schedules nothing and is

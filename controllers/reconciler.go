@@ -82,9 +82,11 @@ type Options struct {
 	// negative disables these periodic rechecks.
 	TopicCheckInterval time.Duration
 	// TopicRetryBase and TopicRetryMax bound the backoff after a look at the
-	// brokers that could not tell (broker unreachable, topic missing, access
-	// denied): the object is reconciled again after TopicRetryBase, doubling
-	// up to TopicRetryMax, until a look succeeds; defaults 1m and 10m.
+	// brokers that could not tell or found a problem (broker unreachable,
+	// topic or dead-letter topic missing, access denied): the object is
+	// reconciled again after TopicRetryBase, doubling up to TopicRetryMax,
+	// until a look succeeds; defaults 2s and 20s, so a topic created after
+	// the object turns it Ready within about 20s (issue 33).
 	TopicRetryBase, TopicRetryMax time.Duration
 	// MaxConcurrentTemplateUpgrades bounds the consumer Deployments rolling
 	// out a pod template change the operator made (not the spec) at once:
@@ -101,6 +103,13 @@ type Options struct {
 	// DefaultConfigHashKeySecret.
 	ConfigHashKeyNamespace, ConfigHashKeySecret string
 }
+
+// DefaultTopicRetryBase and DefaultTopicRetryMax are the defaults of
+// Options.TopicRetryBase and TopicRetryMax.
+const (
+	DefaultTopicRetryBase = 2 * time.Second
+	DefaultTopicRetryMax  = 20 * time.Second
+)
 
 func (o Options) withDefaults() Options {
 	if o.ConsumerImage == "" {
@@ -137,10 +146,10 @@ func (o Options) withDefaults() Options {
 		o.TopicCheckInterval = time.Hour
 	}
 	if o.TopicRetryBase <= 0 {
-		o.TopicRetryBase = time.Minute
+		o.TopicRetryBase = DefaultTopicRetryBase
 	}
 	if o.TopicRetryMax <= 0 {
-		o.TopicRetryMax = 10 * time.Minute
+		o.TopicRetryMax = DefaultTopicRetryMax
 	}
 	if o.TopicRetryMax < o.TopicRetryBase {
 		o.TopicRetryMax = o.TopicRetryBase

@@ -236,10 +236,14 @@ func (te *testEnv) startManager(t *testing.T, restCfg *rest.Config, eo envOption
 	if eo.wrapStores != nil {
 		stores = eo.wrapStores(stores)
 	}
+	topics := eo.topics
+	if topics == nil {
+		topics = clusterBrokers{inner: KafkaAdmin{Timeout: opts.KafkaTimeout}}
+	}
 	te.r = &IdempotentConsumerReconciler{
 		Stores:   stores,
 		Recorder: mgr.GetEventRecorder("idempotency-operator"),
-		Topics:   eo.topics,
+		Topics:   topics,
 		Options:  opts,
 	}
 	if !eo.realClock && te.clock != nil {
@@ -324,6 +328,35 @@ func installManifests(t *testing.T, c client.Client, files ...string) {
 			}
 		}
 	}
+}
+
+// clusterBrokers stands in for the brokers of a real cluster, as
+// fakeDeploymentController stands in for kube-controller-manager: the
+// objects of most tests name brokers that resolve only inside a cluster
+// (kafka-0.kafka:9092 from newConsumer, kafka.kafka.svc:9092 from the
+// samples), and a consumer object is Ready only when its topics exist
+// (KafkaReady). For such addresses it answers that every topic exists, with
+// 64 partitions and a retention of 1h (covered by any dedup retention); any
+// other address (a kfake broker on 127.0.0.1, an address that must fail) is
+// asked for real. The tests of the Kafka checks (topics_test.go,
+// kafkaready_test.go, topic_recheck_test.go, dialstatus_test.go) use real
+// brokers.
+type clusterBrokers struct {
+	inner TopicInspector
+}
+
+func (c clusterBrokers) Inspect(ctx context.Context, conn KafkaConnection, topics ...string) (map[string]TopicInfo, error) {
+	for _, b := range conn.Brokers {
+		host, _, _ := strings.Cut(b, ":")
+		if host != "kafka" && !strings.HasSuffix(host, ".kafka") && !strings.HasSuffix(host, ".svc") {
+			return c.inner.Inspect(ctx, conn, topics...)
+		}
+	}
+	out := make(map[string]TopicInfo, len(topics))
+	for _, t := range topics {
+		out[t] = TopicInfo{Exists: true, Partitions: 64, Retention: time.Hour, RetentionKnown: true}
+	}
+	return out, nil
 }
 
 // fakeDeploymentController stands in for kube-controller-manager: it reports

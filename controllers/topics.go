@@ -34,20 +34,27 @@ import (
 )
 
 // reconcileTopics asks the brokers for the topic's partition count and the
-// retention of the topic and the dead-letter topic, and sets the warnings
-// TopicRetentionCovered and ReplicasWithinPartitions. What the brokers said is
-// kept per object for Options.TopicRefresh, so the brokers are asked at most
-// that often (and at once when the Kafka settings or credentials change).
+// retention of the topic and the dead-letter topic, and sets KafkaReady and
+// the warnings TopicRetentionCovered and ReplicasWithinPartitions. What the
+// brokers said is kept per object for Options.TopicRefresh, so the brokers
+// are asked at most that often (and at once when the Kafka settings or
+// credentials change).
 //
-// Nothing here changes Ready: a broker that cannot be reached is a warning
-// with its own reason, and the table, its partitions and the consumer are
-// reconciled as usual. Each look at the brokers schedules the next one (the
-// reconcile's RequeueAfter is the earliest of this and the partition
-// schedule): after a look that could not tell (the warnings are Unknown),
-// Options.TopicRetryBase doubling up to TopicRetryMax; after one that could,
-// Options.TopicCheckInterval, so a changed retention.ms or partition count is
-// noticed without a change to the object. A Kafka Secret that cannot be
-// read schedules nothing: the Secret watch brings the object back.
+// KafkaReady is False, with a reason naming the fix, when the brokers cannot
+// be reached, the topic does not exist or (with spec.consumer, whose
+// consumer dead-letters there) the dead-letter topic does not exist. For an
+// object with spec.consumer that makes Ready False with the same reason (a
+// transient problem: the database, partitions and the Deployment are still
+// reconciled, so the consumer starts once the topic appears); a table-only
+// object reports it without changing Ready. Each look at the brokers
+// schedules the next one (the reconcile's RequeueAfter is the earliest of
+// this and the partition schedule): after a look that could not tell or
+// found a topic missing, Options.TopicRetryBase doubling up to
+// TopicRetryMax (2s to 20s: a topic created later turns the object Ready
+// within about 20s); after one that could, Options.TopicCheckInterval, so a
+// changed retention.ms or partition count is noticed without a change to the
+// object. A Kafka Secret that cannot be read schedules nothing: the Secret
+// watch brings the object back.
 func (r *IdempotentConsumerReconciler) reconcileTopics(ctx context.Context, s *reconcileState) error {
 	obj := s.obj
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
@@ -60,7 +67,9 @@ func (r *IdempotentConsumerReconciler) reconcileTopics(ctx context.Context, s *r
 		}
 		if prob != nil {
 			// The Secret watch brings the object back when it appears.
-			r.topicsUnknown(ctx, s, prob.reason, "Cannot read the Kafka credentials: "+prob.message)
+			msg := "Cannot read the Kafka credentials: " + prob.message
+			r.kafkaNotReady(ctx, s, prob.reason, msg)
+			r.topicsUnknown(ctx, s, prob.reason, msg)
 			return nil
 		}
 		values[ref] = v.value
@@ -85,7 +94,9 @@ func (r *IdempotentConsumerReconciler) reconcileTopics(ctx context.Context, s *r
 					"bootstrapServers", obj.Spec.Kafka.BootstrapServers, "error", s.scrub(err.Error()))
 			}
 		}
-		obs = r.topicCache.put(key, fp, s.now, obj.Spec.Kafka.Topic, obj.DeadLetterTopic(), infos, err, reason, r.topicSchedule())
+		sched := r.topicSchedule()
+		sched.requireDLQ = obj.HasConsumer()
+		obs = r.topicCache.put(key, fp, s.now, obj.Spec.Kafka.Topic, obj.DeadLetterTopic(), infos, err, reason, sched)
 	}
 	r.applyTopicObservation(ctx, s, obs)
 	if !obs.next.IsZero() {
@@ -101,9 +112,11 @@ func (r *IdempotentConsumerReconciler) topicSchedule() topicSchedule {
 
 // topicSchedule: after the nth inconclusive look in a row, look again after
 // backoffDelay(retryBase, retryMax, n); after a conclusive one, after
-// interval (never when interval <= 0).
+// interval (never when interval <= 0). requireDLQ: a missing dead-letter
+// topic makes a look inconclusive (the object's consumer dead-letters there).
 type topicSchedule struct {
 	interval, retryBase, retryMax time.Duration
+	requireDLQ                    bool
 }
 
 // applyTopicObservation turns what the brokers said into status and the two
@@ -133,22 +146,45 @@ func (r *IdempotentConsumerReconciler) applyTopicObservation(ctx context.Context
 	if obs.err != nil {
 		msg := fmt.Sprintf("Cannot read topic %q from the brokers: %v", topic, obs.err)
 		if brokerConnectFailure(obs.reason) {
-			msg = brokerFailureMessage(obs.reason, topic)
+			msg = brokerFailureMessage(obs.reason, strings.Join(obj.Spec.Kafka.BootstrapServers, ","), topic)
 		}
 		if obs.good != nil {
 			msg += fmt.Sprintf("; status.topic is what they said at %s", obs.goodAt.UTC().Format(time.RFC3339))
 		}
+		r.kafkaNotReady(ctx, s, obs.reason, msg)
 		r.topicsUnknown(ctx, s, obs.reason, msg)
 		return
 	}
-	main := obs.current.main
+	brokers := strings.Join(obj.Spec.Kafka.BootstrapServers, ",")
+	main, dlqInfo := obs.current.main, obs.current.dlq
 	switch {
 	case main.Err != nil:
-		r.topicsUnknown(ctx, s, classifyKafkaError(main.Err), fmt.Sprintf("The brokers refused to describe topic %q: %v", topic, main.Err))
+		msg := fmt.Sprintf("The brokers %s refused to describe topic %q: %v", brokers, topic, main.Err)
+		r.kafkaNotReady(ctx, s, classifyKafkaError(main.Err), msg)
+		r.topicsUnknown(ctx, s, classifyKafkaError(main.Err), msg)
 		return
 	case !main.Exists:
-		r.topicsUnknown(ctx, s, kafkav1alpha1.ReasonTopicNotFound, fmt.Sprintf("Topic %q does not exist on the brokers", topic))
+		msg := fmt.Sprintf("Topic %q does not exist on the brokers %s: create it (the operator looks again on its own)", topic, brokers)
+		if obj.HasConsumer() {
+			msg = fmt.Sprintf("Topic %q does not exist on the brokers %s: create it, and its dead-letter topic %q (the operator looks again on its own)", topic, brokers, dlq)
+		}
+		r.kafkaNotReady(ctx, s, kafkav1alpha1.ReasonTopicNotFound, msg)
+		r.topicsUnknown(ctx, s, kafkav1alpha1.ReasonTopicNotFound, msg)
 		return
+	}
+	dlqMissing := obj.HasConsumer() && (dlqInfo.Err != nil || !dlqInfo.Exists)
+	switch {
+	case dlqMissing && dlqInfo.Err != nil:
+		r.kafkaNotReady(ctx, s, classifyKafkaError(dlqInfo.Err),
+			fmt.Sprintf("The brokers %s refused to describe the dead-letter topic %q: %v", brokers, dlq, dlqInfo.Err))
+	case dlqMissing:
+		r.kafkaNotReady(ctx, s, kafkav1alpha1.ReasonDeadLetterTopicNotFound, fmt.Sprintf(
+			"Dead-letter topic %q does not exist on the brokers %s: the consumer sends the events it cannot process there and does not start without it; "+
+				"create it, or name an existing one in spec.kafka.deadLetterTopic (the operator looks again on its own)", dlq, brokers))
+	case obj.HasConsumer():
+		r.kafkaReady(ctx, s, fmt.Sprintf("The brokers %s have topic %q (%d partitions) and its dead-letter topic %q", brokers, topic, main.Partitions, dlq))
+	default:
+		r.kafkaReady(ctx, s, fmt.Sprintf("The brokers %s have topic %q (%d partitions)", brokers, topic, main.Partitions))
 	}
 
 	// Replicas against partitions.
@@ -172,7 +208,6 @@ func (r *IdempotentConsumerReconciler) applyTopicObservation(ctx context.Context
 	}
 	dedupRetention := obj.Retention()
 	shorter := func(d time.Duration) bool { return d == InfiniteRetention || dedupRetention < d }
-	dlqInfo := obs.current.dlq
 	switch {
 	case shorter(main.Retention):
 		r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionFalse, kafkav1alpha1.ReasonRetentionShorterThanTopic,
@@ -180,15 +215,21 @@ func (r *IdempotentConsumerReconciler) applyTopicObservation(ctx context.Context
 	case dlqInfo.Exists && dlqInfo.RetentionKnown && shorter(dlqInfo.Retention):
 		r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionFalse, kafkav1alpha1.ReasonRetentionShorterThanDLQ,
 			retentionMessage(dedupRetention, "dead-letter topic", dlq, dlqInfo.Retention))
+	case dlqMissing:
+		// Not True beside a missing dead-letter topic: whether its
+		// retention is covered cannot be told (KafkaReady says what to do).
+		r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionUnknown, kafkav1alpha1.ReasonDeadLetterTopicNotFound,
+			fmt.Sprintf("Dedup retention %s covers topic %q (retention %s); the retention of dead-letter topic %q cannot be read until it exists (see KafkaReady)",
+				dedupRetention, topic, formatRetention(main.Retention), dlq))
 	default:
-		dlqText := fmt.Sprintf("dead-letter topic %q (%s)", dlq, formatRetention(dlqInfo.Retention))
-		if !dlqInfo.Exists {
-			dlqText = fmt.Sprintf("dead-letter topic %q does not exist yet", dlq)
-		} else if !dlqInfo.RetentionKnown {
-			dlqText = fmt.Sprintf("dead-letter topic %q reports no retention.ms", dlq)
+		text := fmt.Sprintf("Dedup retention %s covers topic %q (retention %s)", dedupRetention, topic, formatRetention(main.Retention))
+		switch {
+		case dlqInfo.Exists && dlqInfo.RetentionKnown:
+			text += fmt.Sprintf(" and dead-letter topic %q (%s)", dlq, formatRetention(dlqInfo.Retention))
+		case dlqInfo.Exists:
+			text += fmt.Sprintf("; dead-letter topic %q reports no retention.ms", dlq)
 		}
-		r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionTrue, kafkav1alpha1.ReasonRetentionCovered,
-			fmt.Sprintf("Dedup retention %s covers topic %q (retention %s); %s", dedupRetention, topic, formatRetention(main.Retention), dlqText))
+		r.topicWarning(ctx, s, kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionTrue, kafkav1alpha1.ReasonRetentionCovered, text)
 	}
 }
 
@@ -260,9 +301,9 @@ type topicObservation struct {
 // conclusive reports whether the look told what the warnings need: the
 // topic exists and was described with its retention. Otherwise
 // applyTopicObservation sets the warnings to Unknown.
-func (o topicObservation) conclusive() bool {
-	m := o.current.main
-	return o.err == nil && m.Err == nil && m.Exists && m.RetentionKnown
+func (o topicObservation) conclusive(requireDLQ bool) bool {
+	m, d := o.current.main, o.current.dlq
+	return o.err == nil && m.Err == nil && m.Exists && m.RetentionKnown && (!requireDLQ || (d.Err == nil && d.Exists))
 }
 
 // topicCache holds the latest observation per object.
@@ -304,7 +345,7 @@ func (c *topicCache) put(key types.NamespacedName, fingerprint string, now time.
 			o.good, o.goodAt = &good, now
 		}
 	}
-	if o.conclusive() {
+	if o.conclusive(sched.requireDLQ) {
 		o.failures, o.next = 0, time.Time{}
 		if sched.interval > 0 {
 			o.next = now.Add(sched.interval)
@@ -334,13 +375,16 @@ func brokerConnectFailure(reason string) bool {
 		reason == kafkav1alpha1.ReasonKafkaTLSFailed
 }
 
-// brokerFailureMessage is the fixed status message of a connect failure.
-func brokerFailureMessage(reason, topic string) string {
+// brokerFailureMessage is the fixed status message of a connect failure. It
+// names the addresses of spec.kafka.bootstrapServers, as written there, and
+// nothing the dial found out: the same words for a refused port, an open
+// one that hangs up, a timeout and a name that does not resolve.
+func brokerFailureMessage(reason, brokers, topic string) string {
 	switch reason {
 	case kafkav1alpha1.ReasonKafkaAuthFailed:
-		return fmt.Sprintf("The brokers did not accept the SASL credentials of spec.kafka.sasl, so topic %q could not be read; the operator's log says more", topic)
+		return fmt.Sprintf("The brokers %s did not accept the SASL credentials of spec.kafka.sasl, so topic %q could not be read; the operator's log says more", brokers, topic)
 	case kafkav1alpha1.ReasonKafkaTLSFailed:
-		return fmt.Sprintf("The TLS handshake with the brokers failed, so topic %q could not be read: their certificate is not signed by the CA of spec.kafka.tls or names another host, or the port does not speak TLS; the operator's log says which", topic)
+		return fmt.Sprintf("The TLS handshake with the brokers %s failed, so topic %q could not be read: their certificate is not signed by the CA of spec.kafka.tls or names another host, or the port does not speak TLS; the operator's log says which", brokers, topic)
 	}
-	return fmt.Sprintf("Cannot reach the brokers of spec.kafka.bootstrapServers to read topic %q (no connection, no answer or no TLS session); the operator's log says why", topic)
+	return fmt.Sprintf("Cannot reach the brokers %s of spec.kafka.bootstrapServers to read topic %q (no connection, no answer or no TLS session): check the addresses; the operator's log says why, and the operator looks again on its own", brokers, topic)
 }

@@ -89,7 +89,8 @@ func (te *testEnv) topicRecheckIn(t testing.TB, ns, name string, now time.Time) 
 
 // testTopicRetention runs objects against an in-process broker with topics of
 // different retention, and checks that the TopicRetentionCovered and
-// ReplicasWithinPartitions warnings appear and clear, without touching Ready.
+// ReplicasWithinPartitions warnings appear and clear, without touching Ready
+// (a missing topic or broker does: KafkaReady).
 func testTopicRetention(t *testing.T, te *testEnv) {
 	k := consumertest.NewKafka(t)
 	ctx := context.Background()
@@ -106,6 +107,9 @@ func testTopicRetention(t *testing.T, te *testEnv) {
 		{"mutable", 2, day},
 		{"withdlq", 1, day},
 		{"withdlq.dlq", 1, 30 * day},
+		// A consumer needs its dead-letter topic to be Ready (KafkaReady).
+		{"long.dlq", 1, day},
+		{"mutable.dlq", 1, day},
 	} {
 		if err := k.CreateTopic(cctx, tc.topic, tc.partitions, map[string]string{"retention.ms": retentionMS(tc.retention)}); err != nil {
 			t.Fatal(err)
@@ -206,8 +210,9 @@ func testTopicRetention(t *testing.T, te *testEnv) {
 	})
 
 	t.Run("TopicMissing", func(t *testing.T) {
+		// A consumer needs its topic: Ready says so (kafkaready_test.go).
 		te.create(t, newConsumer(ns, "missing", withTable("missing"), withKafka(brokers, "nosuchtopic")))
-		te.waitReady(t, ns, "missing")
+		te.waitCondition(t, ns, "missing", kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonTopicNotFound)
 		te.waitCondition(t, ns, "missing", kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionUnknown, kafkav1alpha1.ReasonTopicNotFound)
 	})
 
@@ -218,15 +223,23 @@ func testTopicRetention(t *testing.T, te *testEnv) {
 		// subtests before this one can use all of it on a loaded machine.
 		octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
 		defer ocancel()
-		if err := own.CreateTopic(octx, "orders", 4, map[string]string{"retention.ms": retentionMS(day)}); err != nil {
-			t.Fatal(err)
+		for _, topic := range []string{"orders", "orders.dlq"} {
+			if err := own.CreateTopic(octx, topic, 4, map[string]string{"retention.ms": retentionMS(day)}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		te.create(t, newConsumer(ns, "down", withTable("down"), withKafka(own.Brokers(), "orders")))
 		before := covered("down", metav1.ConditionTrue, kafkav1alpha1.ReasonRetentionCovered)
 		own.Close()
 
 		te.expireTopicCache(t, ns, "down")
-		obj := covered("down", metav1.ConditionUnknown, kafkav1alpha1.ReasonBrokerUnreachable)
+		te.waitCondition(t, ns, "down", kafkav1alpha1.ConditionTopicRetentionCovered, metav1.ConditionUnknown, kafkav1alpha1.ReasonBrokerUnreachable)
+		// A consumer whose brokers cannot be reached is not Ready; the
+		// table, its partitions and the Deployment are still looked after.
+		obj := te.waitCondition(t, ns, "down", kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonBrokerUnreachable)
+		if c := obj.GetCondition(kafkav1alpha1.ConditionKafkaReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != kafkav1alpha1.ReasonBrokerUnreachable {
+			t.Errorf("KafkaReady = %+v, want False/BrokerUnreachable", c)
+		}
 		if c := obj.GetCondition(kafkav1alpha1.ConditionReplicasWithinPartitions); c == nil || c.Status != metav1.ConditionUnknown ||
 			c.Reason != kafkav1alpha1.ReasonBrokerUnreachable {
 			t.Errorf("ReplicasWithinPartitions = %+v, want Unknown/BrokerUnreachable", c)
@@ -251,9 +264,12 @@ func testTopicRetention(t *testing.T, te *testEnv) {
 		if recheck := te.topicRecheckIn(t, ns, "down", now); recheck != te.r.Options.TopicRetryBase {
 			t.Errorf("topic recheck in %s after the first failure, want TopicRetryBase %s", recheck, te.r.Options.TopicRetryBase)
 		}
+		// (Or sooner: BrokerUnreachable is a transient problem of a
+		// consumer object, retried on the general backoff too, which finds
+		// the topic answer cached.)
 		next := te.get(t, ns, "down").Status.NextMaintenanceTime
-		if want := min(next.Sub(now), te.r.Options.TopicRetryBase); res.RequeueAfter != want {
-			t.Errorf("RequeueAfter = %s with the broker down, want %s (schedule %s, topic retry %s)",
+		if want := min(next.Sub(now), te.r.Options.TopicRetryBase); res.RequeueAfter <= 0 || res.RequeueAfter > want {
+			t.Errorf("RequeueAfter = %s with the broker down, want at most %s (schedule %s, topic retry %s)",
 				res.RequeueAfter, want, next.Sub(now), te.r.Options.TopicRetryBase)
 		}
 	})

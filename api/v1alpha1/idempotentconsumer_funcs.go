@@ -26,8 +26,9 @@ import (
 // Condition types.
 const (
 	// ConditionReady summarises the others: True when the database, the
-	// partitions and the consumer (if spec.consumer is set) are all ready
-	// for the current generation.
+	// partitions, the consumer and the topics it reads and dead-letters to
+	// (KafkaReady; both only if spec.consumer is set) are all ready for the
+	// current generation.
 	ConditionReady = "Ready"
 	// ConditionDatabaseReady: the Secret was read, the database reached, and
 	// the table exists and carries this object's ownership marker.
@@ -43,6 +44,17 @@ const (
 	// ConditionStalled (kstatus, abnormal-true): the operator cannot make
 	// progress without a change to the object, its Secret or the database.
 	ConditionStalled = "Stalled"
+
+	// ConditionKafkaReady: the operator reached the brokers of
+	// spec.kafka.bootstrapServers and found the topic and, for an object
+	// with spec.consumer, its dead-letter topic (<topic>.dlq by default).
+	// False names what is wrong and the address or topic (BrokerUnreachable,
+	// TopicNotFound, DeadLetterTopicNotFound, ...); the operator looks again
+	// on a backoff (2s doubling up to 20s by default) until it is True,
+	// so a topic created later turns the object Ready with no change to it.
+	// With spec.consumer, a False KafkaReady makes Ready False with its
+	// reason; a table-only object reports it without changing Ready.
+	ConditionKafkaReady = "KafkaReady"
 
 	// The warnings below never change Ready, Reconciling or Stalled: a
 	// broker the operator cannot reach, or a missing KEDA, does not stop the
@@ -151,6 +163,10 @@ const (
 	// Reconciling.
 	ReasonProgressing = "Progressing"
 	ReasonRetrying    = "Retrying"
+
+	// KafkaReady (and BrokerUnreachable to InvalidKafkaCredentials below).
+	ReasonTopicsFound             = "TopicsFound"
+	ReasonDeadLetterTopicNotFound = "DeadLetterTopicNotFound"
 
 	// TopicRetentionCovered and ReplicasWithinPartitions.
 	ReasonRetentionCovered          = "DedupRetentionCoversTopic"

@@ -30,7 +30,9 @@ type IdempotentConsumerStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Ready (the summary), DatabaseReady, PartitionsReady,
-	// ConsumerReady (absent without spec.consumer), the kstatus conventions
+	// ConsumerReady (absent without spec.consumer), KafkaReady (brokers
+	// reached, topic and dead-letter topic found; it affects Ready only
+	// with spec.consumer), the kstatus conventions
 	// Reconciling and Stalled, and the warnings TopicRetentionCovered,
 	// ReplicasWithinPartitions, DatabaseDurable, DatabaseRoles and
 	// AutoscalingReady, which do not affect Ready.

@@ -151,7 +151,7 @@ func parseFlags() (*config, error) {
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "Objects reconciled in parallel.")
 	flag.DurationVar(&opts.TopicRefresh, "topic-refresh", 5*time.Minute, "How long topic retention and partitions read from the brokers (and a missing KEDA) are trusted before the next reconcile asks again.")
 	flag.DurationVar(&opts.KafkaTimeout, "kafka-timeout", 10*time.Second, "Bound on one look at the brokers.")
-	flag.DurationVar(&opts.TopicCheckInterval, "topic-check-interval", time.Hour, "How often topic retention and partitions are checked again after a successful look (a look that fails is retried after 1m, doubling up to 10m); 0 disables the periodic check.")
+	flag.DurationVar(&opts.TopicCheckInterval, "topic-check-interval", time.Hour, "How often topic retention and partitions are checked again after a successful look (a look that fails or finds a topic missing is retried after 2s, doubling up to 20s); 0 disables the periodic check.")
 	flag.StringVar(&opts.MaxConcurrentTemplateUpgrades, "max-concurrent-template-upgrades", controllers.DefaultMaxConcurrentTemplateUpgrades,
 		"Consumer Deployments that roll out a pod template change this operator made (a new release, a new --consumer-image), not their spec, at once: a count or a percentage of them; 0 applies such changes only with the next spec change.")
 	flag.StringVar(&opts.ConfigHashKeyNamespace, "config-hash-key-namespace", "",
