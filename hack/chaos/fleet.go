@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	mrand "math/rand/v2"
 	"os"
@@ -156,7 +157,19 @@ func snapshotOffsets(ctx context.Context, brokers []string, group string, partit
 // waitForLagZero waits until the fleet's group's committed offsets reach the
 // end of every partition; a consumer that exits on its own fails it.
 func (f *fleet) waitForLagZero(ctx context.Context, brokers []string, partitions int, timeout time.Duration) error {
-	return localstack.WaitForLagZero(ctx, brokers, f.group, topic, partitions, timeout, f.crashed)
+	err := localstack.WaitForLagZero(ctx, brokers, f.group, topic, partitions, timeout, f.crashed)
+	if err == nil {
+		return nil
+	}
+	// A group that stops making progress is a defect to find: say what each
+	// running consumer was doing last.
+	var b strings.Builder
+	f.mu.Lock()
+	for _, p := range f.running {
+		fmt.Fprintf(&b, "\n--- last lines of %s:\n%s", p.Name, p.TailLog(40))
+	}
+	f.mu.Unlock()
+	return fmt.Errorf("%w%s", err, b.String())
 }
 
 // httpConsumerEnv is the HTTP group's environment: the http sink (an external

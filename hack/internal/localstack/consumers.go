@@ -68,7 +68,7 @@ func WaitForLagZero(ctx context.Context, brokers []string, group, topic string, 
 			}
 		}
 		if !Sleep(ctx, 250*time.Millisecond) {
-			return ctx.Err()
+			return fmt.Errorf("group %s: consumer lag still %d: %w", group, lag, ctx.Err())
 		}
 	}
 	return fmt.Errorf("group %s: consumer lag still %d after %s", group, lag, timeout)
