@@ -300,7 +300,7 @@ func (s *system) hold(ctx context.Context, sample []*localstack.Consumer) {
 	s.step("holding; press Ctrl-C to stop. Everything is local and throwaway:\n"+
 		"  kubectl:    %s --kubeconfig %s\n"+
 		"  PostgreSQL: %s\n"+
-		"  Kafka:      %s (create a topic and its .dlq before an object uses them: this broker creates none)\n"+
+		"  Kafka:      %s (create a topic and its .dlq for an object you add: this broker creates none; until both exist the object is Ready=False, TopicNotFound or DeadLetterTopicNotFound)\n"+
 		"  An IdempotentConsumer you apply gets its table, partitions and consumer Deployment from the operator;\n"+
 		"  the demo runs that Deployment's replicas as local processes (logs in %s), as a kubelet would.",
 		s.kubectl, s.kubeconfig, s.dbURL, strings.Join(s.brokers, ","), s.work)
