@@ -162,11 +162,16 @@ func (f *fleet) waitForLagZero(ctx context.Context, brokers []string, partitions
 		return nil
 	}
 	// A group that stops making progress is a defect to find: say what each
-	// running consumer was doing last.
+	// running consumer was doing last, and where its goroutines were.
 	var b strings.Builder
 	f.mu.Lock()
 	for _, p := range f.running {
 		fmt.Fprintf(&b, "\n--- last lines of %s:\n%s", p.Name, p.TailLog(40))
+		dump := strings.Split(p.Goroutines(3*time.Second), "\n")
+		if len(dump) > 150 {
+			dump = append(dump[:150], "  ...")
+		}
+		fmt.Fprintf(&b, "\n--- goroutines of %s (SIGQUIT):\n%s", p.Name, strings.Join(dump, "\n"))
 	}
 	f.mu.Unlock()
 	return fmt.Errorf("%w%s", err, b.String())

@@ -231,3 +231,38 @@ func FindRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// Goroutines makes a stuck Go process print its goroutines and exit
+// (SIGQUIT), and returns the dump, shortened to each goroutine's state and
+// the frames of this module (and package main), kafka-go and pgx: where it
+// was stuck. It kills
+// the process if it has not exited after grace.
+func (p *Process) Goroutines(grace time.Duration) string {
+	if p.Exited() {
+		return "(exited)"
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		p.Kill()
+	}
+	b, _ := os.ReadFile(p.Log)
+	s := string(b)
+	i := strings.Index(s, "\ngoroutine ")
+	if i < 0 {
+		return "(no goroutine dump in the log)"
+	}
+	var out []string
+	for _, line := range strings.Split(s[i+1:], "\n") {
+		switch {
+		case strings.HasPrefix(line, "goroutine "):
+			out = append(out, line)
+		case strings.HasPrefix(line, "\t"):
+			continue // file:line of the frame above
+		case strings.HasPrefix(line, "main.") || strings.Contains(line, "idempotency-dev/operator") || strings.Contains(line, "segmentio/kafka-go") || strings.Contains(line, "jackc/pgx"):
+			out = append(out, "  "+line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
