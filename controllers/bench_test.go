@@ -126,8 +126,12 @@ func TestBenchmarkManyConsumers(t *testing.T) {
 	k := consumertest.NewKafka(t)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := k.CreateTopic(cctx, "orders", 4, map[string]string{"retention.ms": retentionMS(24 * time.Hour)}); err != nil {
-		t.Fatal(err)
+	// The topic and its dead-letter topic: a consumer object is Ready only
+	// when both exist (KafkaReady).
+	for _, topic := range []string{"orders", "orders.dlq"} {
+		if err := k.CreateTopic(cctx, topic, 4, map[string]string{"retention.ms": retentionMS(24 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	obj := func(i int) *kafkav1alpha1.IdempotentConsumer {
 		return newConsumer(ns, fmt.Sprintf("c-%04d", i), withTable(fmt.Sprintf("pe_%04d", i)), withKafka(k.Brokers(), "orders"))
