@@ -247,9 +247,8 @@ func (r *DeadLetterReplayReconciler) startJob(ctx context.Context, s *replayStat
 
 	if obj.Status.Cutoff == nil {
 		// Fixed before the first Job exists and never changed: the dry
-		// run and the apply select the same dead letters. Whole seconds,
-		// as the API stores it.
-		obj.Status.Cutoff = &metav1.Time{Time: s.now.UTC().Truncate(time.Second)}
+		// run and the apply select the same dead letters.
+		obj.Status.Cutoff = &metav1.Time{Time: replayCutoff(s.now)}
 		if err := r.patchReplayStatus(ctx, s.orig, obj); err != nil {
 			return err
 		}
@@ -610,4 +609,19 @@ func byReasonText(m map[string]int64) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// replayCutoff is the cutoff of a replay created at now: whole seconds, as
+// the API stores a metav1.Time, rounded up, so that every dead letter
+// written before the object (also earlier in the same second) is selected.
+// Truncating dropped those: a DeadLetterReplay created 300 ms after a burst
+// of dead letters selected none of them. The dead letters of the rest of
+// that second are taken too; a replay's own write-backs never are (they
+// carry its id).
+func replayCutoff(now time.Time) time.Time {
+	c := now.UTC().Truncate(time.Second)
+	if c.Before(now) {
+		c = c.Add(time.Second)
+	}
+	return c
 }
