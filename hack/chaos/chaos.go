@@ -193,7 +193,7 @@ func (h *harness) startFleets() error {
 	if o.ClaimClients > 0 {
 		h.stallFile = filepath.Join(h.work, "claim-stall")
 		env := claimClientEnv(h.brokers, consumerURL, h.table.ClaimFunction(), h.stallFile)
-		if h.claimClients, err = h.startFleet("claim-client", claimGroup, env, o.ClaimClients); err != nil {
+		if h.claimClients, err = h.startProcesses("claim-client", claimGroup, "claimclient", env, o.ClaimClients); err != nil {
 			return err
 		}
 		h.step("%d claim clients started (group %s: kafka-go and pgx in exec mode, %s per batch, as docs/any-language.md says)",
@@ -210,7 +210,13 @@ func (h *harness) startFleet(prefix, group string, env []string, n int) (*fleet,
 	if h.o.Isolation != "" {
 		env = append(env, envvars.Isolation+"="+h.o.Isolation)
 	}
-	f := newFleet(prefix, group, filepath.Join(h.bin, "consumer"), h.work, h.stream, env)
+	return h.startProcesses(prefix, group, "consumer", env, n)
+}
+
+// startProcesses starts n processes of the binary bin (built into the work
+// directory) as a fleet of group; the cleanup stops them.
+func (h *harness) startProcesses(prefix, group, bin string, env []string, n int) (*fleet, error) {
+	f := newFleet(prefix, group, filepath.Join(h.bin, bin), h.work, h.stream, env)
 	h.cl.Add(f.stopAll)
 	return f, f.startN(n)
 }

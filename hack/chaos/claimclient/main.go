@@ -123,7 +123,14 @@ func run(ctx context.Context, c config) error {
 	for ctx.Err() == nil {
 		batch, err := fetchBatch(ctx, r, c.batchSize, c.batchWait)
 		if err != nil {
-			return fmt.Errorf("fetching: %w", err)
+			if ctx.Err() != nil {
+				return nil
+			}
+			// The reader reports a failure (the broker restarting, the group
+			// coordinator moving) and carries on: so does the client.
+			log.Printf("claimclient: fetching: %v", err)
+			time.Sleep(200 * time.Millisecond)
+			continue
 		}
 		res := apply(ctx, pool, c, batch)
 		applied, duplicates, skipped = applied+res.new, duplicates+res.duplicate, skipped+res.skipped
