@@ -106,12 +106,13 @@ func (h *harness) act(ctx context.Context, kind string) error {
 		res.HTTPKills++
 		h.step("kill -9 %s; %d HTTP consumers running", victim, h.httpConsumers.alive())
 	case "kill-claim":
-		// Every other kill (the first among them) lands between a claim
-		// client's database commit and its offset commit: the client that
-		// takes the stall file waits there for the kill.
+		// Every other kill (the first among them, and each until one has)
+		// lands between a claim client's database commit and its offset
+		// commit: the client that takes the stall file waits there for the
+		// kill.
 		when := "at a random moment"
 		var victim string
-		if res.ClaimKills%2 == 0 {
+		if res.ClaimKills%2 == 0 || res.ClaimKillsAfterCommit == 0 {
 			if pid, ok := h.takeStall(ctx, 3*time.Second); ok {
 				if victim = h.claimClients.killPid(pid); victim != "" {
 					when = "between its database commit and its offset commit"
