@@ -45,11 +45,16 @@ type harness struct {
 	res                      *Result
 	consumers, httpConsumers *fleet // httpConsumers is nil without an HTTP group
 	provider                 *provider
+	// claimClients is the claim-function group (nil without it); a claim
+	// client that renames stallFile waits after its database commit.
+	claimClients *fleet
+	stallFile    string
 
 	maintRuns, maintErrs     atomic.Int64
 	txmon                    txMonitor
 	snapMu                   sync.Mutex
 	snapshots, httpSnapshots []offsetSnapshot
+	claimSnapshots           []offsetSnapshot
 }
 
 // Run runs one chaos scenario and returns what it observed.
@@ -77,7 +82,7 @@ func Run(ctx context.Context, o Options, progress io.Writer) (*Result, error) {
 	if err := h.startBroker(ctx); err != nil {
 		return nil, err
 	}
-	h.res = &Result{Seed: o.Seed, HTTPConsumers: o.HTTPConsumers, Pooler: o.Pooler, Bug: h.bug()}
+	h.res = &Result{Seed: o.Seed, HTTPConsumers: o.HTTPConsumers, ClaimClients: o.ClaimClients, Pooler: o.Pooler, Bug: h.bug()}
 	if err := h.startFleets(); err != nil {
 		return nil, err
 	}
@@ -98,9 +103,9 @@ func (h *harness) build(ctx context.Context, progress io.Writer) error {
 	} else {
 		h.cl.Add(func() { _ = os.RemoveAll(h.work) })
 	}
-	h.step("seed %d; building cmd/consumer and cmd/devbroker", h.o.Seed)
+	h.step("seed %d; building cmd/consumer, cmd/devbroker and hack/chaos/claimclient", h.o.Seed)
 	h.bin = filepath.Join(h.work, "bin")
-	return proc.Build(ctx, root, h.bin, "./cmd/consumer", "./cmd/devbroker")
+	return proc.Build(ctx, root, h.bin, "./cmd/consumer", "./cmd/devbroker", "./hack/chaos/claimclient")
 }
 
 // startDatabase starts PostgreSQL with the ledger, and creates and maintains
@@ -109,7 +114,7 @@ func (h *harness) startDatabase(ctx context.Context) error {
 	h.step("starting PostgreSQL")
 	// Commit timestamps let the checker tell when each ledger row became durable.
 	var err error
-	ddl := append([]string{ledgerDDL}, h.bug().ddl()...)
+	ddl := append([]string{ledgerDDL, claimLedgerDDL}, h.bug().ddl()...)
 	h.pg, h.dbURL, err = localstack.StartPostgres(ctx, h.cl, "chaos", ddl,
 		consumertest.WithSetting("track_commit_timestamp", "on"))
 	if err != nil {
@@ -185,6 +190,15 @@ func (h *harness) startFleets() error {
 		h.step("%d HTTP consumers started (group %s, provider %s: %s per call, %.0f%% of requests applied and then dropped, %.1f%% taking %s past the %s timeout (409 to their retries), %.1f%% answered 429 with Retry-After %s)",
 			o.HTTPConsumers, httpGroup, h.provider.url(), o.HTTPDelay, 100*o.HTTPDropShare, 100*o.HTTPSlowShare, o.HTTPSlowDelay, o.HTTPTimeout, 100*o.HTTPRateShare, o.HTTPRetryAfter)
 	}
+	if o.ClaimClients > 0 {
+		h.stallFile = filepath.Join(h.work, "claim-stall")
+		env := claimClientEnv(h.brokers, consumerURL, h.table.ClaimFunction(), h.stallFile)
+		if h.claimClients, err = h.startProcesses("claim-client", claimGroup, "claimclient", env, o.ClaimClients); err != nil {
+			return err
+		}
+		h.step("%d claim clients started (group %s: kafka-go and pgx in exec mode, %s per batch, as docs/any-language.md says)",
+			o.ClaimClients, claimGroup, h.table.ClaimFunction())
+	}
 	h.step("%d consumers started; producing %d messages over %s with %d kills, %d PostgreSQL and %d broker restarts",
 		o.Consumers, o.Events, o.ProduceFor, o.Kills, o.PostgresRestarts, o.BrokerRestarts)
 	return nil
@@ -196,7 +210,13 @@ func (h *harness) startFleet(prefix, group string, env []string, n int) (*fleet,
 	if h.o.Isolation != "" {
 		env = append(env, envvars.Isolation+"="+h.o.Isolation)
 	}
-	f := newFleet(prefix, group, filepath.Join(h.bin, "consumer"), h.work, h.stream, env)
+	return h.startProcesses(prefix, group, "consumer", env, n)
+}
+
+// startProcesses starts n processes of the binary bin (built into the work
+// directory) as a fleet of group; the cleanup stops them.
+func (h *harness) startProcesses(prefix, group, bin string, env []string, n int) (*fleet, error) {
+	f := newFleet(prefix, group, filepath.Join(h.bin, bin), h.work, h.stream, env)
 	h.cl.Add(f.stopAll)
 	return f, f.startN(n)
 }
@@ -230,6 +250,11 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	}
 	if h.httpConsumers != nil {
 		if err := h.httpConsumers.fillTo(h.o.HTTPConsumers); err != nil {
+			return res, err
+		}
+	}
+	if h.claimClients != nil {
+		if err := h.claimClients.fillTo(h.o.ClaimClients); err != nil {
 			return res, err
 		}
 	}
@@ -310,6 +335,9 @@ func (h *harness) startBackground(ctx context.Context, wg *sync.WaitGroup) {
 			if h.httpConsumers != nil {
 				h.snapshot(ctx, httpGroup, &h.httpSnapshots)
 			}
+			if h.claimClients != nil {
+				h.snapshot(ctx, claimGroup, &h.claimSnapshots)
+			}
 			localstack.Sleep(ctx, 500*time.Millisecond)
 		}
 	})
@@ -332,11 +360,19 @@ func (h *harness) waitForLagZero(ctx context.Context) error {
 	if err := h.consumers.waitForLagZero(ctx, h.brokers, h.o.Partitions, 5*time.Minute); err != nil {
 		return err
 	}
-	if h.httpConsumers == nil {
-		return nil
+	if h.httpConsumers != nil {
+		h.step("waiting for the HTTP group's lag to reach zero")
+		if err := h.httpConsumers.waitForLagZero(ctx, h.brokers, h.o.Partitions, 5*time.Minute); err != nil {
+			return err
+		}
 	}
-	h.step("waiting for the HTTP group's lag to reach zero")
-	return h.httpConsumers.waitForLagZero(ctx, h.brokers, h.o.Partitions, 5*time.Minute)
+	if h.claimClients != nil {
+		h.step("waiting for the claim clients' lag to reach zero")
+		if err := h.claimClients.waitForLagZero(ctx, h.brokers, h.o.Partitions, 5*time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // check runs a last maintenance and checks the partitions, stops the
@@ -360,6 +396,9 @@ func (h *harness) check(ctx context.Context, txns *txnLog) error {
 	if h.httpConsumers != nil {
 		h.httpConsumers.stopAll()
 	}
+	if h.claimClients != nil {
+		h.claimClients.stopAll()
+	}
 	// Log hygiene: the consumers ran through database and broker failures
 	// with a password in their database URL; it must appear in no log.
 	leaks, err := localstack.SecretInLogs(h.work, h.pg.Password())
@@ -371,7 +410,12 @@ func (h *harness) check(ctx context.Context, txns *txnLog) error {
 		return err
 	}
 	if h.provider != nil {
-		return res.verifyHTTP(ctx, h.brokers, h.dbURL, h.provider, h.httpSnapshots, txns)
+		if err := res.verifyHTTP(ctx, h.brokers, h.dbURL, h.provider, h.httpSnapshots, txns); err != nil {
+			return err
+		}
+	}
+	if h.claimClients != nil {
+		return res.verifyClaim(ctx, h.dbURL, h.claimSnapshots, txns)
 	}
 	return nil
 }

@@ -13,7 +13,11 @@ import (
 // processes killed with SIGKILL, rebalances, a PostgreSQL crash-restart and a
 // broker restart while events stream in; then every invariant is checked. A
 // second group of consumer processes runs the http sink (an external handler)
-// against a provider that drops some connections after applying the request.
+// against a provider that drops some connections after applying the request,
+// and a third group of claim clients (hack/chaos/claimclient: the claim
+// function as docs/any-language.md tells another language to call it) is
+// killed with SIGKILL too, every other time between its database commit and
+// its offset commit.
 // Then the dead letters of the run's ledger "bug" are replayed by `consumer
 // replay` processes killed with kill -9 three times (replay.go).
 func TestChaosShort(t *testing.T) {
@@ -22,7 +26,8 @@ func TestChaosShort(t *testing.T) {
 
 // TestChaosShortThroughPgBouncer is the same run with both consumer groups
 // going through a real PgBouncer in transaction pooling mode
-// (CONSUMER_DATABASE_POOLER=transaction), PostgreSQL restarted behind it.
+// (CONSUMER_DATABASE_POOLER=transaction), and the claim clients too (pgx in
+// QueryExecModeExec), PostgreSQL restarted behind it.
 func TestChaosShortThroughPgBouncer(t *testing.T) {
 	if _, err := exec.LookPath("pgbouncer"); err != nil {
 		if os.Getenv("CI") != "" {
@@ -60,6 +65,9 @@ func runChaosShort(t *testing.T, o Options) {
 	}
 	if res.HTTPKills < o.HTTPKills || res.ProviderDrops == 0 {
 		t.Fatalf("the HTTP group's chaos did not happen: kills=%d, connections dropped after applying=%d", res.HTTPKills, res.ProviderDrops)
+	}
+	if res.ClaimKills < o.ClaimKills || res.ClaimKillsAfterCommit == 0 {
+		t.Fatalf("the claim group's chaos did not happen: kills=%d, between a database commit and its offset commit=%d", res.ClaimKills, res.ClaimKillsAfterCommit)
 	}
 	if res.TxnCommitted == 0 || res.TxnAborted == 0 || res.AbortedMessages == 0 {
 		t.Fatalf("the transactional producer committed %d and aborted %d transactions, %d aborted records in the topic: nothing to check",

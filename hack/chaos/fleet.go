@@ -85,6 +85,26 @@ func (f *fleet) killRandom(rng *mrand.Rand) string {
 	return p.Name
 }
 
+// killPid kill -9s the running consumer with process id pid and returns its
+// name ("" when none has it).
+func (f *fleet) killPid(pid int) string {
+	f.mu.Lock()
+	var p *proc.Process
+	for i, c := range f.running {
+		if c.Pid() == pid {
+			p = c
+			f.running = append(f.running[:i], f.running[i+1:]...)
+			break
+		}
+	}
+	f.mu.Unlock()
+	if p == nil {
+		return ""
+	}
+	p.Kill()
+	return p.Name
+}
+
 // prune forgets processes that exited on their own; the caller holds mu.
 func (f *fleet) prune() {
 	out := f.running[:0]
@@ -196,6 +216,22 @@ func httpConsumerEnv(brokers []string, dbURL, providerURL string, timeout time.D
 		envvars.SinkHTTPURL+"="+providerURL,
 		envvars.SinkHTTPTimeout+"="+timeout.String(),
 	)
+}
+
+// claimClientEnv is the claim clients' environment (hack/chaos/claimclient):
+// the names a service reads from the IdempotentConsumer's application Secret
+// (claimFunction) and its own settings.
+func claimClientEnv(brokers []string, dbURL, claimFunction, stallFile string) []string {
+	return []string{
+		"PATH=" + os.Getenv("PATH"),
+		"CLAIM_BROKERS=" + strings.Join(brokers, ","),
+		"CLAIM_TOPIC=" + topic,
+		"CLAIM_GROUP=" + claimGroup,
+		"CLAIM_DATABASE_URL=" + dbURL,
+		"DEDUP_CLAIM_FUNCTION=" + claimFunction,
+		"CLAIM_LEDGER_TABLE=claim_ledger",
+		"CLAIM_STALL_FILE=" + stallFile,
+	}
 }
 
 func consumerEnv(brokers []string, dbURL string) []string {

@@ -14,11 +14,19 @@
 // key is still in progress and 429 with Retry-After; its processes are killed too,
 // and a monitor samples pg_stat_activity for the longest consumer transaction.
 //
+// A third group, the claim clients (hack/chaos/claimclient), uses no Go
+// runtime: a kafka-go reader and pgx call the dedup table's claim function
+// per batch, as docs/any-language.md tells a service in another language to,
+// and write a ledger of their own; they are killed too, every other time
+// between a database commit and the offset commit.
+//
 // At the end it checks the invariants, prints what it found, and a final line
 //
 //	RESULT pooler=none events=... unique=... applied=... duplicates_applied=0 lost=0 aborted=... aborted_applied=0 kills=... dlq=...
 //	  ... provider_missing=0 provider_requests_per_id_max=... http_dedup_rows_per_id_max=1
-//	  provider_busy_409=... provider_429=... dead_lettered_retryable=0 max_tx_open_ms=...
+//	  provider_busy_409=... provider_429=... dead_lettered_retryable=0
+//	  claim_kills=... claim_kills_after_commit=... claim_applied=... claim_lost=0
+//	  claim_duplicates_applied=0 claim_offset_violations=0 max_tx_open_ms=...
 //
 // Then the replay phase (replay.go): a "bug" in the ledger dead-lettered a
 // fraction of the ids during the run; it is fixed, and the dead letters are
@@ -57,11 +65,13 @@ func main() {
 	flag.DurationVar(&o.HTTPTimeout, "http-timeout", o.HTTPTimeout, "the http consumers' request timeout (CONSUMER_SINK_HTTP_TIMEOUT)")
 	flag.Float64Var(&o.HTTPRateShare, "http-429", o.HTTPRateShare, "share of requests answered 429 with Retry-After")
 	flag.DurationVar(&o.HTTPRetryAfter, "http-retry-after", o.HTTPRetryAfter, "the Retry-After of the 429 answers (whole seconds)")
+	flag.IntVar(&o.ClaimClients, "claim-clients", o.ClaimClients, "claim-function client processes (hack/chaos/claimclient) running normally (0: no claim group)")
+	flag.IntVar(&o.ClaimKills, "claim-kills", o.ClaimKills, "kill -9s of claim clients (every other one between a database commit and its offset commit)")
 	flag.IntVar(&o.Partitions, "partitions", o.Partitions, "topic partitions")
 	flag.Float64Var(&o.TxnShare, "txn-share", o.TxnShare, "share of messages written by the transactional producer")
 	flag.Float64Var(&o.AbortShare, "txn-aborts", o.AbortShare, "share of the transactions that are aborted")
 	flag.StringVar(&o.Isolation, "isolation", "", "CONSUMER_ISOLATION for the consumers (empty: their default, ReadCommitted)")
-	flag.BoolVar(&o.Pooler, "pooler", false, "run the consumers through PgBouncer in transaction mode (the pgbouncer binary, Debian's package)")
+	flag.BoolVar(&o.Pooler, "pooler", false, "run the consumers and the claim clients through PgBouncer in transaction mode (the pgbouncer binary, Debian's package)")
 	flag.DurationVar(&o.ProduceFor, "produce-for", o.ProduceFor, "spread production (and the chaos) over this long")
 	flag.IntVar(&o.BugBuckets, "bug-buckets", o.BugBuckets, "ids (of 256 buckets) the ledger rejects during the run and accepts after: dead-lettered, then replayed (0: no replay phase)")
 	flag.IntVar(&o.BrokenBuckets, "broken-buckets", o.BrokenBuckets, "ids (of 256 buckets) the ledger rejects during the run and the replay too: parked")

@@ -33,10 +33,18 @@ type Options struct {
 	HTTPTimeout    time.Duration
 	HTTPRateShare  float64
 	HTTPRetryAfter time.Duration
+	// ClaimClients run in a third group: hack/chaos/claimclient, a client
+	// that dedups through the claim function as docs/any-language.md tells
+	// another language to (kafka-go, pgx without named statements), writing
+	// its own ledger (claim_ledger). ClaimKills of them are kill -9ed, every
+	// other one between a database commit and its offset commit.
+	ClaimClients int
+	ClaimKills   int
 	// Isolation, when set, is the consumers' CONSUMER_ISOLATION.
 	Isolation string
-	// Pooler puts a PgBouncer in transaction pooling mode between both
-	// consumer groups and PostgreSQL (CONSUMER_DATABASE_POOLER=transaction);
+	// Pooler puts a PgBouncer in transaction pooling mode between the
+	// consumer groups (and the claim clients) and PostgreSQL
+	// (CONSUMER_DATABASE_POOLER=transaction);
 	// the harness's own checks connect directly.
 	Pooler     bool
 	ProduceFor time.Duration
@@ -86,6 +94,8 @@ func DefaultOptions() Options {
 		HTTPTimeout:      time.Second,
 		HTTPRateShare:    0.005,
 		HTTPRetryAfter:   2 * time.Second,
+		ClaimClients:     2,
+		ClaimKills:       8,
 		ProduceFor:       90 * time.Second,
 		ClockSpeed:       600,
 		Premake:          24,
@@ -104,6 +114,7 @@ func ShortOptions() Options {
 	o.Kills = 5
 	o.Consumers = 2
 	o.HTTPKills = 3
+	o.ClaimKills = 4
 	o.Partitions = 4
 	o.ProduceFor = 25 * time.Second
 	o.ReplayKills = 3
@@ -118,6 +129,8 @@ const (
 	// dedup table is scoped by consumer group, so both groups share it.
 	httpGroup    = "chaos-http"
 	httpDLQTopic = "chaos.events.http.dlq"
+	// The claim clients' group (and their sessions' application_name).
+	claimGroup = "chaos-claim"
 	// application_names of the two fleets' sessions (CONSUMER_CLIENT_ID).
 	sqlApp  = "chaos-sql"
 	httpApp = "chaos-http"
@@ -129,6 +142,14 @@ const (
 		amount   bigint NOT NULL
 	)`
 )
+
+// claimLedgerDDL is the claim clients' ledger: no unique constraint either,
+// and none of the bug's CHECK constraints (they are the SQL group's).
+const claimLedgerDDL = `CREATE TABLE claim_ledger (
+	id       bigserial PRIMARY KEY,
+	event_id uuid NOT NULL,
+	amount   bigint NOT NULL
+)`
 
 // ledgerStatement is the SQL sink's statement: $1 is the event id, $2 the
 // payload (see docs/consumer.md).

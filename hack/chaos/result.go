@@ -98,6 +98,26 @@ type Result struct {
 	// id committed (reported, not failed: see verifyHTTP).
 	HTTPOffsetAheadOfOwner []string
 
+	// The claim clients' group (hack/chaos/claimclient): the claim function
+	// called as docs/any-language.md says, by a client of its own. All but
+	// the kills are computed from claim_ledger, the dedup table and the topic.
+	ClaimClients           int
+	ClaimKills             int
+	ClaimKillsAfterCommit  int // kills between a database commit and its offset commit
+	ClaimApplied           int // distinct valid ids with a claim_ledger row
+	ClaimDuplicatesApplied int // claim_ledger rows beyond the first per id
+	ClaimLost              int // valid ids (not of a transaction with an unknown outcome) without a row
+	ClaimAbortedApplied    int // claim_ledger rows for ids of aborted transactions
+	ClaimUnknownApplied    int // claim_ledger rows for ids never produced validly
+	ClaimWrongAmount       int
+	// ClaimedNotApplied counts the group's dedup rows without a ledger row,
+	// ClaimAppliedNotClaimed ledger rows without the group's dedup row: a
+	// claim and its effect that did not commit together.
+	ClaimedNotApplied      int
+	ClaimAppliedNotClaimed int
+	ClaimSnapshots         int
+	ClaimOffsetViolations  []string // the group's offsets committed ahead of its ledger rows
+
 	// The longest transaction a consumer held open, from pg_stat_activity
 	// samples every 20 ms: overall, of the SQL and of the HTTP fleet.
 	TxSampled                              bool
@@ -151,6 +171,9 @@ func (r *Result) Violations() []string {
 	if r.HTTPConsumers > 0 {
 		v = append(v, r.httpViolations()...)
 	}
+	if r.ClaimClients > 0 {
+		v = append(v, r.claimViolations()...)
+	}
 	v = append(v, r.OffsetViolations...)
 	v = append(v, r.PartitionProblems...)
 	if r.Replay != nil {
@@ -185,6 +208,29 @@ func (r *Result) httpViolations() []string {
 	return v
 }
 
+// claimViolations lists the broken invariants of the claim clients' group:
+// every valid id applied once (one ledger row), committed with its claim,
+// nothing of an aborted transaction, and no offset committed ahead of the
+// ledger.
+func (r *Result) claimViolations() []string {
+	v := broken(
+		invariant{r.ClaimApplied == 0, "no id was applied: nothing to check"},
+		invariant{r.ClaimDuplicatesApplied != 0, fmt.Sprintf("%d duplicate applications", r.ClaimDuplicatesApplied)},
+		invariant{r.ClaimLost != 0, fmt.Sprintf("%d valid ids lost", r.ClaimLost)},
+		invariant{r.ClaimAbortedApplied != 0, fmt.Sprintf("%d ledger rows for records of aborted transactions", r.ClaimAbortedApplied)},
+		invariant{r.ClaimUnknownApplied != 0, fmt.Sprintf("%d ledger rows for ids never produced", r.ClaimUnknownApplied)},
+		invariant{r.ClaimWrongAmount != 0, fmt.Sprintf("%d ledger rows with a wrong amount", r.ClaimWrongAmount)},
+		invariant{r.ClaimedNotApplied != 0, fmt.Sprintf("%d ids claimed without their ledger row", r.ClaimedNotApplied)},
+		invariant{r.ClaimAppliedNotClaimed != 0, fmt.Sprintf("%d ids applied without their claim", r.ClaimAppliedNotClaimed)},
+		invariant{r.ClaimSnapshots == 0, "no committed-offset snapshot was taken"},
+	)
+	v = append(v, r.ClaimOffsetViolations...)
+	for i := range v {
+		v[i] = "claim group: " + v[i]
+	}
+	return v
+}
+
 // Print writes the findings and the RESULT line.
 func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "chaos: seed %d\n", r.Seed)
@@ -214,13 +260,21 @@ func (r *Result) Print(w io.Writer) {
 			r.HTTPKills, r.ProviderMissing, r.ProviderRequestsPerIDMax, r.HTTPDedupRowsPerIDMax, len(r.HTTPOffsetViolations), len(r.HTTPOffsetAheadOfOwner),
 			r.ProviderBusy, r.ProviderLimited, r.DeadLetteredRetryable)
 	}
+	var claimPart string
+	if r.ClaimClients > 0 {
+		fmt.Fprintf(w, "chaos: claim group: %d kill -9s (%d between a database commit and its offset commit); %d ids applied, %d ledger rows more than one per id, %d lost; %d claimed without a ledger row, %d applied without a claim; %d aborted, %d unknown, %d wrong amounts; %d committed-offset snapshots checked\n",
+			r.ClaimKills, r.ClaimKillsAfterCommit, r.ClaimApplied, r.ClaimDuplicatesApplied, r.ClaimLost, r.ClaimedNotApplied, r.ClaimAppliedNotClaimed,
+			r.ClaimAbortedApplied, r.ClaimUnknownApplied, r.ClaimWrongAmount, r.ClaimSnapshots)
+		claimPart = fmt.Sprintf(" claim_kills=%d claim_kills_after_commit=%d claim_applied=%d claim_lost=%d claim_duplicates_applied=%d claim_offset_violations=%d",
+			r.ClaimKills, r.ClaimKillsAfterCommit, r.ClaimApplied, r.ClaimLost, r.ClaimDuplicatesApplied, len(r.ClaimOffsetViolations))
+	}
 	pooler := "none"
 	if r.Pooler {
 		pooler = "pgbouncer-transaction"
 	}
-	fmt.Fprintf(w, "RESULT pooler=%s events=%d unique=%d applied=%d duplicates_applied=%d lost=%d aborted=%d aborted_applied=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d%s max_tx_open_ms=%d seed=%d\n",
+	fmt.Fprintf(w, "RESULT pooler=%s events=%d unique=%d applied=%d duplicates_applied=%d lost=%d aborted=%d aborted_applied=%d kills=%d dlq=%d pg_restarts=%d broker_restarts=%d offset_violations=%d%s%s max_tx_open_ms=%d seed=%d\n",
 		pooler, r.Messages, r.Unique, r.Applied, r.DuplicatesApplied, r.Lost, r.AbortedMessages, r.AbortedApplied, r.Kills, r.DLQ, r.PostgresRestarts, r.BrokerRestarts, len(r.OffsetViolations),
-		httpPart, r.MaxTxOpen.Milliseconds(), r.Seed)
+		httpPart, claimPart, r.MaxTxOpen.Milliseconds(), r.Seed)
 	if r.Replay != nil {
 		r.Replay.Print(w)
 	}

@@ -119,3 +119,34 @@ func TestReplayViolations(t *testing.T) {
 		t.Fatalf("printed %q", b.String())
 	}
 }
+
+// Each invariant of the claim clients' group fails a run on its own, a clean
+// one passes, a Result with the group carries its violations, and the RESULT
+// line has its keys after the existing ones.
+func TestClaimViolations(t *testing.T) {
+	clean := Result{ClaimClients: 2, ClaimKills: 4, ClaimKillsAfterCommit: 2, ClaimApplied: 10, ClaimSnapshots: 5}
+	testViolations(t, clean, (*Result).claimViolations, []violationCase{
+		{"nothing", func(r *Result) { r.ClaimApplied = 0 }, "claim group: no id was applied"},
+		{"duplicate", func(r *Result) { r.ClaimDuplicatesApplied = 1 }, "claim group: 1 duplicate applications"},
+		{"lost", func(r *Result) { r.ClaimLost = 2 }, "claim group: 2 valid ids lost"},
+		{"aborted", func(r *Result) { r.ClaimAbortedApplied = 1 }, "records of aborted transactions"},
+		{"unknown", func(r *Result) { r.ClaimUnknownApplied = 1 }, "ids never produced"},
+		{"amount", func(r *Result) { r.ClaimWrongAmount = 1 }, "wrong amount"},
+		{"claim without effect", func(r *Result) { r.ClaimedNotApplied = 1 }, "claimed without their ledger row"},
+		{"effect without claim", func(r *Result) { r.ClaimAppliedNotClaimed = 1 }, "applied without their claim"},
+		{"snapshots", func(r *Result) { r.ClaimSnapshots = 0 }, "claim group: no committed-offset snapshot"},
+		{"offsets", func(r *Result) { r.ClaimOffsetViolations = []string{"partition 2: offset 7 committed past"} }, "claim group: partition 2: offset 7"},
+	})
+	r := Result{LagZero: true, Messages: 12, Unique: 10, Applied: 10, Snapshots: 3, LogsChecked: 4, TxSampled: true, ClaimClients: 2}
+	if v := strings.Join(r.Violations(), "; "); !strings.Contains(v, "claim group: no id was applied") {
+		t.Fatalf("a failed claim group does not fail the run: %q", v)
+	}
+	r.ClaimApplied, r.ClaimSnapshots, r.ClaimKills, r.ClaimKillsAfterCommit, r.ClaimDuplicatesApplied = 10, 3, 4, 2, 1
+	r.Pooler = true
+	var b strings.Builder
+	r.Print(&b)
+	if !strings.Contains(b.String(), "RESULT pooler=pgbouncer-transaction events=12 unique=10 applied=10 duplicates_applied=0 lost=0 ") ||
+		!strings.Contains(b.String(), " offset_violations=0 claim_kills=4 claim_kills_after_commit=2 claim_applied=10 claim_lost=0 claim_duplicates_applied=1 claim_offset_violations=0 max_tx_open_ms=") {
+		t.Fatalf("printed %q", b.String())
+	}
+}

@@ -5,7 +5,11 @@ import (
 	"context"
 	"fmt"
 	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,7 +21,7 @@ import (
 // production.
 type action struct {
 	at   time.Duration
-	kind string // kill, kill-http, pg, broker
+	kind string // kill, kill-http, kill-claim, pg, broker
 }
 
 // plan spreads the kills evenly (each at a random moment of its slice of
@@ -32,6 +36,11 @@ func (h *harness) plan() []action {
 	if h.httpConsumers != nil {
 		for i := range o.HTTPKills {
 			plan = append(plan, action{time.Duration(float64(o.ProduceFor) * (float64(i) + h.rng.Float64()) / float64(o.HTTPKills)), "kill-http"})
+		}
+	}
+	if h.claimClients != nil {
+		for i := range o.ClaimKills {
+			plan = append(plan, action{time.Duration(float64(o.ProduceFor) * (float64(i) + h.rng.Float64()) / float64(o.ClaimKills)), "kill-claim"})
 		}
 	}
 	for i := range o.PostgresRestarts {
@@ -96,6 +105,29 @@ func (h *harness) act(ctx context.Context, kind string) error {
 		}
 		res.HTTPKills++
 		h.step("kill -9 %s; %d HTTP consumers running", victim, h.httpConsumers.alive())
+	case "kill-claim":
+		// Every other kill (the first among them, and each until one has)
+		// lands between a claim client's database commit and its offset
+		// commit: the client that takes the stall file waits there for the
+		// kill.
+		when := "at a random moment"
+		var victim string
+		if res.ClaimKills%2 == 0 || res.ClaimKillsAfterCommit == 0 {
+			if pid, ok := h.takeStall(ctx, 3*time.Second); ok {
+				if victim = h.claimClients.killPid(pid); victim != "" {
+					when = "between its database commit and its offset commit"
+					res.ClaimKillsAfterCommit++
+				}
+			}
+		}
+		if victim == "" {
+			victim = h.claimClients.killRandom(h.rng)
+		}
+		if err := h.claimClients.fillTo(h.o.ClaimClients); err != nil {
+			return err
+		}
+		res.ClaimKills++
+		h.step("kill -9 %s %s; %d claim clients running", victim, when, h.claimClients.alive())
 	case "pg":
 		h.step("PostgreSQL: crash (SIGKILL) and restart")
 		_ = h.pg.Kill()
@@ -135,6 +167,34 @@ func waitForLedgerCommit(ctx context.Context, pool *pgxpool.Pool, timeout time.D
 		}
 	}
 	return false
+}
+
+// takeStall offers the claim clients the stall file and waits for one to take
+// it (rename it to FILE.<pid>, after a database commit, before its offset
+// commit); it returns that client's pid. The offer is withdrawn on timeout.
+func (h *harness) takeStall(ctx context.Context, timeout time.Duration) (int, bool) {
+	stale, _ := filepath.Glob(h.stallFile + ".*") // taken after an earlier offer was withdrawn
+	for _, f := range stale {
+		_ = os.Remove(f)
+	}
+	if err := os.WriteFile(h.stallFile, nil, 0o600); err != nil {
+		return 0, false
+	}
+	defer os.Remove(h.stallFile)
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if taken, _ := filepath.Glob(h.stallFile + ".*"); len(taken) > 0 {
+			for _, f := range taken {
+				_ = os.Remove(f)
+			}
+			pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Ext(taken[0]), "."))
+			return pid, err == nil
+		}
+		if !localstack.Sleep(ctx, 5*time.Millisecond) {
+			break
+		}
+	}
+	return 0, false
 }
 
 // killAndReplace kill -9s one of f's consumers and replaces it, now and then
