@@ -23,8 +23,8 @@ run() {
 	fi
 	# One RESULT line per benchmark; the scale benchmark prints one per sink
 	# and names itself ("RESULT scale sink=...").
-	if [ "$name" = scale ] || [ "$name" = latency ]; then
-		# One line per sink or rate, each naming its benchmark.
+	if [ "$name" = scale ] || [ "$name" = latency ] || [ "$name" = replay ]; then
+		# One line per sink or rate (replay: one), each naming its benchmark.
 		grep "^RESULT $name " "$out/$name.log" >"$out/$name.result" || true
 	elif [ "$name" = operator_1000 ] || [ "$name" = operator_cost ]; then
 		# The run's line, and the operator process's cost per object
