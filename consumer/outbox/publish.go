@@ -125,4 +125,3 @@ func isTooLarge(err error) bool {
 	var mtl kafka.MessageTooLargeError
 	return errors.As(err, &mtl) || errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.RecordListTooLarge)
 }
-

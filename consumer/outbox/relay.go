@@ -167,10 +167,17 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		r.log.Warn("outbox relay session ended; starting over", "err", err, "owned", owned)
 		if owned {
+			// A standby polls the lock every PollInterval: let it take
+			// over from an owner whose session failed, rather than race it.
 			attempt = 0
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(2 * r.cfg.PollInterval):
+			}
 		}
-		r.log.Warn("outbox relay session ended; starting over", "err", err)
 		if err := r.sleep(ctx, attempt); err != nil {
 			return nil
 		}
