@@ -336,20 +336,36 @@ func (r *Relay) sleep(ctx context.Context, attempt int) error {
 	}
 }
 
+// resetLockWait is how long ResetCursor waits for the ownership lock.
+const resetLockWait = 3 * time.Second
+
 // ResetCursor moves the cursor of t to the transaction id from, an explicit
 // operation (docs/outbox.md): rows of transactions below it count as
 // published and are never sent; rows at or above are sent again. nil
 // means the current horizon: everything committed so far is skipped. It
-// takes the ownership lock first and refuses while a relay holds it.
+// takes the ownership lock first (waiting up to 3s) and refuses while a
+// relay holds it.
 func ResetCursor(ctx context.Context, conn *pgx.Conn, t Table, from *uint64) (lo uint64, err error) {
 	t = t.WithDefaults()
 	var key int64
 	if err := conn.QueryRow(ctx, `SELECT lock_key FROM `+t.cursorIdent()).Scan(&key); err != nil {
 		return 0, fmt.Errorf("resetting the cursor of %s: %w", t, err)
 	}
+	// A relay that was just stopped gives the lock back when its server
+	// process ends, a moment after its client closed: wait a little.
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, key).Scan(&got); err != nil {
-		return 0, fmt.Errorf("resetting the cursor of %s: %w", t, err)
+	for deadline := time.Now().Add(resetLockWait); ; {
+		if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, key).Scan(&got); err != nil {
+			return 0, fmt.Errorf("resetting the cursor of %s: %w", t, err)
+		}
+		if got || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	if !got {
 		return 0, fmt.Errorf("resetting the cursor of %s: a relay owns the stream; stop every relay first", t)
