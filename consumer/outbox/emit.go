@@ -117,7 +117,7 @@ func Emit(ctx context.Context, tx pgx.Tx, t Table, m Message) (uuid.UUID, error)
 		tp = &m.Traceparent
 	}
 	var id uuid.UUID
-	err := tx.QueryRow(ctx, "SELECT "+pgx.Identifier{t.WithDefaults().Schema, t.WithDefaults().Name + emitSuffix}.Sanitize()+"($1, $2, $3, $4::jsonb, $5)",
+	err := tx.QueryRow(ctx, "SELECT "+emitIdent(t)+"($1, $2, $3, $4::jsonb, $5)",
 		m.Topic, m.Key, m.Payload, headers, tp).Scan(&id)
 	if err != nil {
 		return uuid.Nil, fmt.Errorf("emitting to the outbox %s: %w", t, err)

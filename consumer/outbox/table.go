@@ -131,7 +131,8 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string) erro
 		if err := ensureCursor(ctx, conn, t); err != nil {
 			return err
 		}
-		_, err = conn.Exec(ctx, emitFunctionSQL(t))
+		// EXECUTE is PUBLIC's by default; Grant gives it to emitters.
+		_, err = conn.Exec(ctx, emitFunctionSQL(t)+";\nREVOKE ALL ON FUNCTION "+emitIdent(t)+"(text, bytea, bytea, jsonb, text) FROM PUBLIC")
 		if err != nil {
 			return fmt.Errorf("installing %s: %w", t.EmitFunction(), err)
 		}
