@@ -30,7 +30,9 @@ import (
 //     microsecond (48 bits of milliseconds, then the sub-millisecond part in
 //     the 12 bits RFC 9562 calls rand_a, "method 3"), so a later holder of
 //     the lock gets a larger id as long as the server's clock does not step
-//     back: id order is commit order for a key.
+//     back: id order is commit order for a key. Within one transaction the
+//     microseconds never repeat or go back (a transaction-local setting
+//     keeps the last one), so its events on a key keep their emit order.
 //   - pg_notify is sent at commit only (and folded into one per transaction
 //     by the server): a relay waiting on LISTEN wakes when there is a
 //     committed row.
@@ -48,6 +50,7 @@ SET search_path = pg_catalog, pg_temp
 AS $idempotency_emit$
 DECLARE
   _us bigint;
+  _last bigint;
   _id uuid;
   _h jsonb := coalesce($4, '{}'::jsonb);
 BEGIN
@@ -64,6 +67,13 @@ BEGIN
     PERFORM pg_advisory_xact_lock(%d, hashtext($1 || ':' || encode($2, 'base64')));
   END IF;
   _us := floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+  -- Within a transaction, never below the previous call's (a clock step
+  -- back, or two calls within one microsecond).
+  _last := nullif(current_setting('idempotency_outbox.last_us', true), '')::bigint;
+  IF _us <= _last THEN
+    _us := _last + 1;
+  END IF;
+  PERFORM set_config('idempotency_outbox.last_us', _us::text, true);
   _id := (lpad(to_hex(_us / 1000), 12, '0')
           || to_hex(28672 + ((_us %% 1000) * 4096) / 1000)
           || substr(replace(gen_random_uuid()::text, '-', ''), 17, 16))::uuid;

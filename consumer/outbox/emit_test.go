@@ -70,3 +70,22 @@ func TestEmit_InTheCallersTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEmit_IdsIncreaseWithinATransaction: events emitted one after the other
+// in one transaction get increasing ids (the relay publishes in id order), also
+// when the clock has not moved on between two calls.
+func TestEmit_IdsIncreaseWithinATransaction(t *testing.T) {
+	ctx := testCtx(t)
+	pool, _ := newOutbox(t)
+	var ordered bool
+	var n int
+	err := pool.QueryRow(ctx, `
+WITH e AS (SELECT g, public.outbox_emit('orders', 'k'::bytea, NULL) AS id FROM generate_series(1, 2000) g)
+SELECT count(*), array_agg(id ORDER BY g) = array_agg(id ORDER BY id) FROM e`).Scan(&n, &ordered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2000 || !ordered {
+		t.Fatalf("%d events emitted in one statement; ids in emit order: %v", n, ordered)
+	}
+}
