@@ -79,7 +79,7 @@ func (e *relayEnv) start(t *testing.T, modify func(*outbox.Config)) *runningRela
 
 // testLogger discards the relay's log unless OUTBOX_TEST_LOGS is set.
 func testLogger() *slog.Logger {
-	var w io.Writer = io.Discard
+	w := io.Writer(io.Discard)
 	if os.Getenv("OUTBOX_TEST_LOGS") != "" {
 		w = os.Stderr
 	}
