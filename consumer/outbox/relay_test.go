@@ -263,3 +263,26 @@ func TestRelay_TwoRelaysNeverPublishAtOnce(t *testing.T) {
 	}
 	assertNoDeadTuples(t, e)
 }
+
+// TestRelay_WakesOnNotify: with a poll interval of a minute, an event is
+// still published within a second of its commit: the emit function's NOTIFY
+// wakes the relay.
+func TestRelay_WakesOnNotify(t *testing.T) {
+	e := newRelayEnv(t)
+	e.kafka.MustCreateTopic(t, "orders", 1)
+	r := e.start(t, func(c *outbox.Config) { c.PollInterval = time.Minute })
+	time.Sleep(3 * time.Second) // past the takeover delay (2.1s), idle
+	if !r.owner() {
+		t.Fatal("the relay does not own the stream")
+	}
+	for i := range 3 {
+		start := time.Now()
+		e.emit(t, "orders", "k", []byte("ping"))
+		waitFor(t, 5*time.Second, "the event published", func() bool { return testutil.ToFloat64(r.metrics.Published) == float64(i+1) })
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("event %d published %s after its commit, want well under the poll interval", i, d)
+		} else {
+			t.Logf("event %d published %s after its commit", i, d)
+		}
+	}
+}
