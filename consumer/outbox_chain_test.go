@@ -59,7 +59,12 @@ func TestOutbox_HandlerEmitsInItsDedupTransaction(t *testing.T) {
 	rctx, rcancel := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- relay.Run(rctx) }()
-	defer func() { rcancel(); <-relayDone }()
+	defer func() {
+		rcancel()
+		if err := <-relayDone; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	}()
 	e.start(e.config(), handler)
 
 	const orders, failing = 20, 3

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/idempotency-dev/operator/consumer/envvars"
+	"github.com/idempotency-dev/operator/consumer/internal/broker"
 	"github.com/idempotency-dev/operator/consumer/outbox"
 	"github.com/idempotency-dev/operator/consumer/version"
 	"github.com/jackc/pgx/v5"
@@ -59,7 +60,7 @@ func runOutboxRelay(ctx context.Context, args []string, getenv func(string) stri
 	maxBytes := str(envvars.OutboxMaxMessageBytes, fmt.Sprint(outbox.DefaultMaxMessageBytes), "largest record sent; at most the broker's message.max.bytes")
 	timeout := str(envvars.OutboxPublishTimeout, outbox.DefaultPublishTimeout.String(), "bound of one publish call; a new owner waits twice this before publishing")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: consumer outbox-relay [flags]\n\nPublishes the committed rows of a transactional outbox to Kafka (docs/outbox.md). Run several replicas: one owns the stream.")
+		fmt.Fprintln(stderr, "Usage: consumer outbox-relay [flags]\n\nPublishes the committed rows of a transactional outbox to Kafka (docs/outbox.md). Run several replicas: one owns the stream.\nKafka TLS and SASL: the consumer's $CONSUMER_TLS_* and $CONSUMER_SASL_* variables.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -72,7 +73,7 @@ func runOutboxRelay(ctx context.Context, args []string, getenv func(string) stri
 		*dbURL = env(envvars.DatabaseURL, getenv(envvars.DatabaseURLFallback))
 	}
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "consumer %s: invalid configuration: %s\n", OutboxSubcommand, redact(fmt.Sprintf(format, a...), []string{*dbURL}))
+		fmt.Fprintf(stderr, "consumer %s: invalid configuration: %s\n", OutboxSubcommand, redact(fmt.Sprintf(format, a...), []string{*dbURL, getenv(envvars.SASLPassword)}))
 		return ExitConfig
 	}
 	var cfg outbox.Config
@@ -117,6 +118,30 @@ func runOutboxRelay(ctx context.Context, args []string, getenv func(string) stri
 			return fail("%s: %q is not a positive number", n.name, n.v)
 		}
 	}
+	// Kafka TLS and SASL: the consumer's own variables, read the same way.
+	v := &values{m: map[string]string{}}
+	for _, name := range []string{envvars.TLSEnabled, envvars.TLSCAFile, envvars.TLSCertFile, envvars.TLSKeyFile,
+		envvars.TLSInsecureSkipVerify, envvars.SASLMechanism, envvars.SASLUsername, envvars.SASLPassword} {
+		v.m[name] = getenv(name)
+	}
+	for _, name := range []string{envvars.TLSEnabled, envvars.TLSInsecureSkipVerify} {
+		if v.m[name] == "" {
+			v.m[name] = "false"
+		}
+	}
+	tlsCfg, err := buildTLS(v)
+	if err == nil {
+		err = errors.Join(v.errs...)
+	}
+	if err != nil {
+		return fail("%v", err)
+	}
+	clients, err := broker.NewClients(broker.Config{Brokers: cfg.Brokers, ClientID: "idempotent-outbox-relay", TLS: tlsCfg,
+		Mechanism: strings.ToUpper(v.str(envvars.SASLMechanism)), Username: v.str(envvars.SASLUsername), Password: v.m[envvars.SASLPassword]})
+	if err != nil {
+		return fail("%s: %v", envvars.SASLMechanism, err)
+	}
+	cfg.Transport = clients.Transport
 	log := slog.New(slog.NewJSONHandler(stderr, nil)).With("component", "outbox-relay")
 	cfg.Logger = log
 	reg := prometheus.NewRegistry()

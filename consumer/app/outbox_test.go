@@ -74,3 +74,25 @@ func TestOutboxRelaySubcommand(t *testing.T) {
 		t.Errorf("-h printed the database URL or not the variables:\n%s", help.String())
 	}
 }
+
+// TestOutboxRelaySubcommand_KafkaSecurity: the relay reads the consumer's
+// TLS and SASL variables; a wrong one is a configuration error that names
+// it and does not print the SASL password.
+func TestOutboxRelaySubcommand_KafkaSecurity(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{envvars.SASLMechanism: "GSSAPI", envvars.SASLPassword: "s3cret-pw"}, envvars.SASLMechanism},
+		{map[string]string{envvars.TLSEnabled: "maybe"}, envvars.TLSEnabled},
+		{map[string]string{envvars.TLSCAFile: "/nonexistent/ca.pem"}, envvars.TLSCAFile},
+	} {
+		tc.env[envvars.Brokers] = "127.0.0.1:9"
+		tc.env[envvars.DatabaseURL] = "postgres://u:p@127.0.0.1:9/db"
+		var stderr syncbuf.Buffer
+		code := runOutboxRelay(context.Background(), nil, func(k string) string { return tc.env[k] }, &stderr)
+		if code != ExitConfig || !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "s3cret-pw") {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d naming %s without the password", tc.env, code, stderr.String(), ExitConfig, tc.want)
+		}
+	}
+}
