@@ -77,7 +77,10 @@ func TestRelay_KeyOrderUnderConcurrentTransactions(t *testing.T) {
 				}
 				time.Sleep(time.Duration(rand.IntN(10)) * time.Millisecond)
 				if err == nil && rand.IntN(5) == 0 {
-					err = tx.Rollback(context.Background())
+					if err := tx.Rollback(ctx); err != nil {
+						t.Error(err)
+						return
+					}
 					continue
 				}
 				if err == nil {
@@ -116,10 +119,9 @@ func TestRelay_KeyOrderUnderConcurrentTransactions(t *testing.T) {
 		t.Fatal(rows.Err())
 	}
 	var got []record
-	seen := map[string]bool{}
 	for want, deadline := len(committed), time.Now().Add(60*time.Second); time.Now().Before(deadline); {
 		got = e.readTopic(t, "orders", 3, want, 10*time.Second)
-		seen = map[string]bool{}
+		seen := map[string]bool{}
 		for _, r := range got {
 			seen[r.id] = true
 		}
