@@ -9,6 +9,7 @@ import (
 
 	"github.com/idempotency-dev/operator/consumer/internal/membudget"
 	"github.com/idempotency-dev/operator/consumer/internal/telemetry"
+	"github.com/idempotency-dev/operator/consumer/outbox"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -27,8 +28,8 @@ var (
 )
 
 // TestMetricsTableMatchesTheCode: the metrics table of docs/consumer.md
-// lists exactly the metrics the runtime registers (internal/telemetry and
-// internal/membudget), each with its type and
+// lists exactly the metrics the runtime registers (internal/telemetry,
+// internal/membudget and the outbox relay's), each with its type and
 // its labels, so a metric or label added, renamed or dropped in the code
 // fails here until the table says so.
 func TestMetricsTableMatchesTheCode(t *testing.T) {
@@ -40,6 +41,9 @@ func TestMetricsTableMatchesTheCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := membudget.New(1<<20, reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	type metric struct{ kind, labels string }

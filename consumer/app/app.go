@@ -43,6 +43,11 @@ func Main(args []string, getenv func(string) string, stderr io.Writer) int {
 		}
 		return runDeadLetters(ctx, args[1:], getenv, os.Stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == OutboxSubcommand {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		return runOutboxRelay(ctx, args[1:], getenv, stderr)
+	}
 	opts, err := Parse(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK

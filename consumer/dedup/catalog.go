@@ -295,5 +295,5 @@ func (e *Engine) observeOwned(ctx context.Context, conn *pgx.Conn) (State, error
 	if want := e.ensuredOwner(); want != "" && st.Owner != want {
 		return st, &OwnershipError{Table: e.table.String(), Owner: st.Owner}
 	}
-	return st, nil
+	return st, e.checkKind(st)
 }

@@ -61,6 +61,8 @@ type engineConfig struct {
 	advisoryLockWait time.Duration
 	statementTimeout time.Duration
 	hook             StepHook
+	kind             string    // kind.go
+	dropGuard        DropGuard // kind.go
 	// layout replaces layoutSteps (layout.go), for tests of a migration
 	// beyond the current version; nil means layoutSteps.
 	layout []layoutStep

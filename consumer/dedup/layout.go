@@ -79,6 +79,9 @@ func (e *Engine) steps() []layoutStep {
 	if e.cfg.layout != nil {
 		return e.cfg.layout
 	}
+	if e.cfg.kind != "" {
+		return kindLayoutSteps
+	}
 	return layoutSteps
 }
 

@@ -107,6 +107,12 @@ func (e *Engine) maintain(ctx context.Context, conn *pgx.Conn, now time.Time, po
 	}
 
 	for _, p := range plan.Drop {
+		if keep, err := e.keepPartition(ctx, conn, p); err != nil || keep { // kind.go
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		pending := slices.ContainsFunc(st.Partitions, func(o ObservedPartition) bool { return o.Name == p.Name && o.DetachPending })
 		if err := e.detach(ctx, conn, p); err != nil {
 			return err

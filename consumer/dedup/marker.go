@@ -26,6 +26,10 @@ type Marker struct {
 	// owned by the object that created it. It is a record for people
 	// reading the comment: nothing grants the previous owner any right.
 	AdoptedFrom string `json:"adoptedFrom,omitempty"`
+	// Kind is empty for a processed_event table and names the package of
+	// a table of another kind that the partition engine keeps (kind.go):
+	// "outbox" for consumer/outbox.
+	Kind string `json:"kind,omitempty"`
 }
 
 // partitionMarker is the COMMENT on each partition we create. It makes a

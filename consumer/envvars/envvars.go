@@ -71,6 +71,25 @@ const (
 	SinkSQLStatement       = "CONSUMER_SINK_SQL_STATEMENT"           // run once per new event in the dedup transaction
 )
 
+// The outbox relay (`consumer outbox-relay`, docs/outbox.md) reads
+// Brokers, DatabaseURL (or DatabaseURLFallback) and ListenAddr, and these.
+const (
+	OutboxSchema          = "CONSUMER_OUTBOX_SCHEMA"            // default "public"
+	OutboxTable           = "CONSUMER_OUTBOX_TABLE"             // default "outbox"
+	OutboxOwner           = "CONSUMER_OUTBOX_OWNER"             // set: the relay creates the table (Ensure) and keeps its partitions
+	OutboxInterval        = "CONSUMER_OUTBOX_INTERVAL"          // partition interval when it creates the table; default Daily
+	OutboxPremake         = "CONSUMER_OUTBOX_PREMAKE"           // default 4
+	OutboxRetention       = "CONSUMER_OUTBOX_RETENTION"         // Go duration; default 168h
+	OutboxPollInterval    = "CONSUMER_OUTBOX_POLL_INTERVAL"     // default 1s
+	OutboxBatchSize       = "CONSUMER_OUTBOX_BATCH_SIZE"        // default 500
+	OutboxMaxMessageBytes = "CONSUMER_OUTBOX_MAX_MESSAGE_BYTES" // default 1048576
+	OutboxPublishTimeout  = "CONSUMER_OUTBOX_PUBLISH_TIMEOUT"   // default 5s
+)
+
+// Outbox lists the outbox relay's own variables.
+var Outbox = []string{OutboxSchema, OutboxTable, OutboxOwner, OutboxInterval, OutboxPremake, OutboxRetention,
+	OutboxPollInterval, OutboxBatchSize, OutboxMaxMessageBytes, OutboxPublishTimeout}
+
 // Secrets are the variables whose values are credentials: the operator sets
 // them from Secret references (valueFrom.secretKeyRef), and the consumer never
 // logs them.

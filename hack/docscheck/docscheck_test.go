@@ -105,11 +105,16 @@ func gather(t *testing.T) facts {
 		}
 		// cmd/consumer's subcommands have flags of their own.
 		if b == "consumer" {
-			sub := exec.Command(filepath.Join(bin, b), "dead-letters", "-h")
-			sub.Env = cmd.Env
-			out, _ := sub.CombinedOutput()
-			for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
-				set[m[1]] = true
+			for _, name := range []string{"dead-letters", "outbox-relay"} {
+				sub := exec.Command(filepath.Join(bin, b), name, "-h")
+				sub.Env = cmd.Env
+				out, _ := sub.CombinedOutput()
+				for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
+					set[m[1]] = true
+				}
+				for _, m := range envInUsage.FindAllStringSubmatch(string(out), -1) {
+					f.env[m[1]] = true
+				}
 			}
 		}
 		// --version may be handled before the flag set (cmd/consumer): probe it.

@@ -1,0 +1,81 @@
+package outbox_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idempotency-dev/operator/consumer/outbox"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/segmentio/kafka-go"
+)
+
+// TestRelay_BadInputIsNeitherSkippedNorLost: a row for a topic that does
+// not exist, then a row larger than its topic's max.message.bytes. Each one
+// stops the relay where it is (the rows after it wait too), is counted by
+// reason and retried with backoff; once the operator fixes the cause (creates
+// the topic, raises the limit) everything is published, in order.
+func TestRelay_BadInputIsNeitherSkippedNorLost(t *testing.T) {
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	e.kafka.MustCreateTopic(t, "orders", 1)
+	if err := e.kafka.CreateTopic(ctx, "small", 1, map[string]string{"max.message.bytes": "1000"}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(t, nil)
+	waitFor(t, 10*time.Second, "the relay to own the stream", r.owner)
+	failures := func(reason string) float64 { return testutil.ToFloat64(r.metrics.Failures.WithLabelValues(reason)) }
+
+	missing := e.emit(t, "missing", "k", []byte("to a topic that does not exist"))
+	after := e.emit(t, "orders", "k", []byte("after"))
+	waitFor(t, 20*time.Second, "three unknown_topic failures", func() bool { return failures(outbox.ReasonUnknownTopic) >= 3 })
+	if got := e.readTopic(t, "orders", 1, 1, time.Second); len(got) != 0 {
+		t.Fatalf("orders got %v while the row before it could not be published", got)
+	}
+	if n := testutil.ToFloat64(r.metrics.Published); n != 0 {
+		t.Fatalf("published_total %v while stuck, want 0", n)
+	}
+	e.kafka.MustCreateTopic(t, "missing", 1)
+	if got := e.readTopic(t, "missing", 1, 1, 20*time.Second); len(got) != 1 || got[0].id != missing.String() {
+		t.Fatalf("missing got %v, want %s", got, missing)
+	}
+	if got := e.readTopic(t, "orders", 1, 1, 20*time.Second); len(got) != 1 || got[0].id != after.String() {
+		t.Fatalf("orders got %v, want %s", got, after)
+	}
+
+	big := e.emit(t, "small", "k", []byte(strings.Repeat("x", 2000)))
+	next := e.emit(t, "orders", "k", []byte("next"))
+	waitFor(t, 20*time.Second, "three message_too_large failures", func() bool { return failures(outbox.ReasonMessageTooLarge) >= 3 })
+	// The call's records for other partitions may be appended (the broker
+	// refuses one partition's batch, not the call): they are sent again with
+	// the retry, same eventId. The cursor does not move until all is acked.
+	stuckAt := testutil.ToFloat64(r.metrics.Published)
+	time.Sleep(time.Second)
+	if n := testutil.ToFloat64(r.metrics.Published); n != stuckAt {
+		t.Fatalf("published_total went from %v to %v while a row was too large", stuckAt, n)
+	}
+	if got := e.readTopic(t, "small", 1, 1, time.Second); len(got) != 0 {
+		t.Fatalf("small got %v, want nothing while the row is too large", got)
+	}
+	client := &kafka.Client{Addr: kafka.TCP(e.kafka.Brokers()...)}
+	res, err := client.AlterConfigs(ctx, &kafka.AlterConfigsRequest{Resources: []kafka.AlterConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: "small",
+		Configs: []kafka.AlterConfigRequestConfig{{Name: "max.message.bytes", Value: "100000"}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range res.Errors {
+		if e != nil {
+			t.Fatal(e)
+		}
+	}
+	if got := e.readTopic(t, "small", 1, 1, 20*time.Second); len(got) != 1 || got[0].id != big.String() {
+		t.Fatalf("small got %v, want %s", got, big)
+	}
+	waitFor(t, 20*time.Second, "the relay to move on", func() bool { return testutil.ToFloat64(r.metrics.Published) > stuckAt })
+	got := e.readTopic(t, "orders", 1, 3, 2*time.Second)
+	if len(got) < 2 || got[0].id != after.String() || got[1].id != next.String() {
+		t.Fatalf("orders got %v, want %s then %s (then maybe %s again)", got, after, next, next)
+	}
+}

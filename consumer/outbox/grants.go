@@ -1,0 +1,63 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idempotency-dev/operator/consumer/dedup"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Access is what a role is granted on an outbox.
+type Access int
+
+const (
+	// AccessEmitter may emit: USAGE on the schema, INSERT on the table (no
+	// SELECT, UPDATE or DELETE: the outbox is insert-only for it) and
+	// EXECUTE on the emit function. Nothing on the cursor table, whose
+	// row holds the relays' lock key.
+	AccessEmitter Access = iota + 1
+	// AccessRelay may run the relay: USAGE on the schema, SELECT on the table,
+	// SELECT and UPDATE on the cursor table.
+	AccessRelay
+)
+
+// Grant gives role what access needs on t, which Ensure made. GRANT of a
+// privilege held already changes nothing, so it can run on every start. It
+// runs under the table's maintenance lock.
+func Grant(ctx context.Context, pool *pgxpool.Pool, t Table, role string, access Access) error {
+	t = t.WithDefaults()
+	if err := dedup.ValidateRole(role); err != nil {
+		return fmt.Errorf("granting on outbox %s: %w", t, err)
+	}
+	r := pgx.Identifier{role}.Sanitize()
+	stmts := []string{"GRANT USAGE ON SCHEMA " + pgx.Identifier{t.Schema}.Sanitize() + " TO " + r}
+	switch access {
+	case AccessEmitter:
+		stmts = append(stmts, "GRANT INSERT ON TABLE "+t.ident()+" TO "+r,
+			"GRANT EXECUTE ON FUNCTION "+emitIdent(t)+"(text, bytea, bytea, jsonb, text) TO "+r)
+	case AccessRelay:
+		stmts = append(stmts, "GRANT SELECT ON TABLE "+t.ident()+" TO "+r,
+			"GRANT SELECT, UPDATE ON TABLE "+t.cursorIdent()+" TO "+r)
+	default:
+		return fmt.Errorf("granting on outbox %s: unknown access %d", t, access)
+	}
+	eng, err := NewEngine(pool, t)
+	if err != nil {
+		return err
+	}
+	return eng.Locked(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		for _, s := range stmts {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				return fmt.Errorf("granting on outbox %s: %s: %w", t, s, err)
+			}
+		}
+		return nil
+	})
+}
+
+func emitIdent(t Table) string {
+	t = t.WithDefaults()
+	return pgx.Identifier{t.Schema, t.Name + emitSuffix}.Sanitize()
+}

@@ -1,0 +1,67 @@
+package outbox_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idempotency-dev/operator/consumer/consumertest"
+	"github.com/idempotency-dev/operator/consumer/outbox"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestGrant_LeastPrivilege: an emitter role can emit but not read, update
+// or delete outbox rows, nor read the relays' lock key, and a role given
+// nothing cannot even call the emit function; a relay role runs the relay
+// and cannot insert.
+func TestGrant_LeastPrivilege(t *testing.T) {
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	e.kafka.MustCreateTopic(t, "orders", 1)
+	url := e.pool.Config().ConnString()
+	emitter := consumertest.NewRole(t, url, "emitter")
+	relayRole := consumertest.NewRole(t, url, "relay")
+	nobody := consumertest.NewRole(t, url, "nobody")
+	if err := outbox.Grant(ctx, e.pool, e.tbl, emitter.Name, outbox.AccessEmitter); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Grant(ctx, e.pool, e.tbl, relayRole.Name, outbox.AccessRelay); err != nil {
+		t.Fatal(err)
+	}
+	connect := func(u string) *pgx.Conn {
+		c, err := pgx.Connect(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(ctx) })
+		return c
+	}
+	denied := func(c *pgx.Conn, sql string) {
+		t.Helper()
+		if _, err := c.Exec(ctx, sql); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("%s: %v, want permission denied", sql, err)
+		}
+	}
+	em := connect(emitter.URL)
+	var id string
+	if err := em.QueryRow(ctx, `SELECT public.outbox_emit('orders', 'k'::bytea, 'p'::bytea)::text`).Scan(&id); err != nil {
+		t.Fatalf("emitter emitting: %v", err)
+	}
+	denied(em, `SELECT count(*) FROM public.outbox`)
+	denied(em, `UPDATE public.outbox SET topic = 'x'`)
+	denied(em, `DELETE FROM public.outbox`)
+	denied(em, `SELECT lock_key FROM public.outbox_relay`)
+	denied(connect(nobody.URL), `SELECT public.outbox_emit('orders', 'k'::bytea, 'p'::bytea)`)
+	denied(connect(relayRole.URL), `INSERT INTO public.outbox (event_id, topic) VALUES (gen_random_uuid(), 'x')`)
+
+	cfg, err := pgx.ParseConfig(relayRole.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(t, func(c *outbox.Config) { c.ConnConfig = cfg })
+	waitFor(t, 20*time.Second, "the row published by the relay role", func() bool { return testutil.ToFloat64(r.metrics.Published) == 1 })
+	if got := e.readTopic(t, "orders", 1, 1, 10*time.Second); len(got) != 1 || got[0].id != id {
+		t.Errorf("published %v, want %s", got, id)
+	}
+}

@@ -1,0 +1,127 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// The producer. segmentio/kafka-go's Writer has no idempotent producer: it
+// retries a whole batch, and with more than one request in flight per
+// partition a retry can land behind a later batch. The relay therefore
+// makes exactly one call at a time (synchronous WriteMessages of one batch),
+// which kafka-go turns into one record batch per partition (BatchSize and
+// BatchBytes bound the call, so no partition's share is split), with
+// RequiredAcks all and MaxAttempts 1: a failed call is retried by the relay,
+// whole, after a backoff, and only an acknowledged call moves the cursor.
+// A record batch is appended atomically, so a retry after a partial
+// failure repeats whole batches: duplicates with the same eventId, never a
+// key's records out of their first order. docs/design.md says why not
+// franz-go's idempotent producer.
+
+func newWriter(cfg Config) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:                   kafka.TCP(cfg.Brokers...),
+		Balancer:               &kafka.Murmur2Balancer{}, // the Java client's partitioner: the same key lands where other producers put it
+		RequiredAcks:           kafka.RequireAll,
+		MaxAttempts:            1,
+		BatchSize:              cfg.BatchSize * 4, // the page and the rows read ahead of it: never split by count
+		BatchBytes:             int64(cfg.MaxMessageBytes),
+		BatchTimeout:           time.Millisecond, // a call's batches close when it has handed them all over
+		WriteTimeout:           cfg.PublishTimeout,
+		ReadTimeout:            cfg.PublishTimeout,
+		AllowAutoTopicCreation: false,
+		Transport:              cfg.Transport,
+	}
+}
+
+// message is r as a Kafka record: key, value, and the headers eventId, the
+// user's (traceparent among them) in name order.
+func (r row) message() kafka.Message {
+	m := kafka.Message{Topic: r.topic, Key: r.key, Value: r.payload,
+		Headers: []kafka.Header{{Key: "eventId", Value: []byte(r.id.String())}}}
+	names := make([]string, 0, len(r.headers))
+	for k := range r.headers {
+		if k != "eventId" {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		m.Headers = append(m.Headers, kafka.Header{Key: k, Value: []byte(r.headers[k])})
+	}
+	return m
+}
+
+// PublishError is a failed publish: the batch is not acknowledged, the
+// cursor stays, and the relay tries the same rows again after a backoff.
+type PublishError struct {
+	Reason string // ReasonMessageTooLarge, ReasonUnknownTopic or ReasonBroker
+	Topic  string // the topic of the first failed record, if known
+	Err    error
+}
+
+func (e *PublishError) Error() string {
+	what := map[string]string{
+		ReasonMessageTooLarge: "a record is larger than the broker (or the relay's max message bytes) accepts; raise the topic's max.message.bytes or the relay's limit: the relay waits and will not skip it",
+		ReasonUnknownTopic:    "the topic does not exist; create it: the relay waits and will not skip its rows",
+		ReasonBroker:          "the broker did not acknowledge the batch",
+	}[e.Reason]
+	t := ""
+	if e.Topic != "" {
+		t = " to topic " + e.Topic
+	}
+	return fmt.Sprintf("publishing outbox rows%s: %s: %v", t, what, e.Err)
+}
+
+func (e *PublishError) Unwrap() error { return e.Err }
+
+// publish writes rows in one call and classifies a failure.
+func (r *Relay) publish(ctx context.Context, rows []row) error {
+	msgs := make([]kafka.Message, len(rows))
+	for i, o := range rows {
+		msgs[i] = o.message()
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	defer cancel()
+	err := r.writer.WriteMessages(ctx, msgs...)
+	if err == nil {
+		return nil
+	}
+	pe := &PublishError{Reason: ReasonBroker, Err: err}
+	first := func(e error) {
+		switch {
+		case isTooLarge(e):
+			pe.Reason = ReasonMessageTooLarge
+		case errors.Is(e, kafka.UnknownTopicOrPartition) || strings.Contains(e.Error(), "Unknown Topic Or Partition"):
+			pe.Reason = ReasonUnknownTopic
+		}
+	}
+	var werrs kafka.WriteErrors
+	if errors.As(err, &werrs) {
+		for i, e := range werrs {
+			if e != nil {
+				first(e)
+				pe.Topic = msgs[i].Topic
+				break
+			}
+		}
+	} else {
+		first(err)
+		var mtl kafka.MessageTooLargeError
+		if errors.As(err, &mtl) {
+			pe.Topic = mtl.Message.Topic
+		}
+	}
+	return pe
+}
+
+func isTooLarge(err error) bool {
+	var mtl kafka.MessageTooLargeError
+	return errors.As(err, &mtl) || errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.RecordListTooLarge)
+}

@@ -1,0 +1,386 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/segmentio/kafka-go"
+)
+
+// Defaults of Config.
+const (
+	DefaultBatchSize       = 500
+	DefaultMaxMessageBytes = 1 << 20 // the broker's default message.max.bytes is 1 MiB and a little
+	DefaultPollInterval    = time.Second
+	DefaultPublishTimeout  = 5 * time.Second
+	DefaultBackoff         = 100 * time.Millisecond
+	DefaultMaxBackoff      = 30 * time.Second
+	DefaultMetricsInterval = 5 * time.Second
+)
+
+// Config configures a Relay.
+type Config struct {
+	// Table is the outbox; Ensure must have made it.
+	Table Table
+	// ConnConfig is the relay's own database session: it holds the
+	// ownership lock, LISTENs, reads and writes the cursor. Required.
+	ConnConfig *pgx.ConnConfig
+	// Brokers are the Kafka bootstrap addresses. Required.
+	Brokers []string
+	// Transport, if set, is the kafka-go transport (TLS, SASL).
+	Transport kafka.RoundTripper
+	// BatchSize bounds the rows of one window page (default 500).
+	BatchSize int
+	// MaxMessageBytes is the largest record the relay sends and bounds
+	// the bytes of one call (default 1 MiB); keep it at or below the
+	// broker's message.max.bytes.
+	MaxMessageBytes int
+	// BatchBytes bounds the bytes read into one page (default
+	// MaxMessageBytes/2), so that a partition's share of a call is one
+	// record batch within the broker's limit.
+	BatchBytes int
+	// PollInterval is how often the relay looks for rows when no
+	// notification came (default 1s), and how often a standby tries the
+	// ownership lock.
+	PollInterval time.Duration
+	// PublishTimeout bounds one publish call (default 5s).
+	PublishTimeout time.Duration
+	// TakeoverDelay is how long a new owner waits after it took the lock
+	// before it publishes (default 2*PublishTimeout+BatchTimeout margin):
+	// longer than a former owner's last publish can still run (fencing,
+	// docs/design.md).
+	TakeoverDelay time.Duration
+	// Backoff and MaxBackoff bound the pause after a failed publish or
+	// database session (default 100ms doubling to 30s, with jitter).
+	Backoff, MaxBackoff time.Duration
+	// MetricsInterval is how often the owner reads the backlog and the
+	// oldest unpublished age (default 5s).
+	MetricsInterval time.Duration
+	// Metrics, if set, are updated (NewMetrics).
+	Metrics *Metrics
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// OnPublish, if set, is called after each acknowledged publish with
+	// its start and end and the number of records (tests, tracing).
+	OnPublish func(start, end time.Time, records int)
+}
+
+func (c Config) withDefaults() Config {
+	c.Table = c.Table.WithDefaults()
+	if c.BatchSize <= 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.BatchBytes <= 0 {
+		c.BatchBytes = c.MaxMessageBytes / 2
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.TakeoverDelay <= 0 {
+		c.TakeoverDelay = 2*c.PublishTimeout + 100*time.Millisecond
+	}
+	if c.Backoff <= 0 {
+		c.Backoff = DefaultBackoff
+	}
+	if c.MaxBackoff < c.Backoff {
+		c.MaxBackoff = max(DefaultMaxBackoff, c.Backoff)
+	}
+	if c.MetricsInterval <= 0 {
+		c.MetricsInterval = DefaultMetricsInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics, _ = NewMetrics(nil)
+	}
+	return c
+}
+
+// Validate checks the configuration (after defaults).
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if err := c.Table.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ConnConfig == nil {
+		errs = append(errs, errors.New("a database connection configuration is required"))
+	}
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("at least one broker is required"))
+	}
+	if c.BatchBytes > c.MaxMessageBytes {
+		errs = append(errs, fmt.Errorf("batch bytes %d exceed max message bytes %d", c.BatchBytes, c.MaxMessageBytes))
+	}
+	if c.TakeoverDelay < c.PublishTimeout {
+		errs = append(errs, fmt.Errorf("takeover delay %s is shorter than the publish timeout %s: a former owner's last publish could overlap the new owner's", c.TakeoverDelay, c.PublishTimeout))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid outbox relay configuration: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Relay publishes an outbox's committed rows to Kafka. Run it in several
+// replicas: exactly one owns the stream at a time.
+type Relay struct {
+	cfg    Config
+	tbl    Table
+	writer *kafka.Writer
+	log    *slog.Logger
+
+	lockKey     int64
+	window      *windowBounds
+	lastMetrics time.Time
+}
+
+// NewRelay validates cfg and returns a relay; nothing is connected yet.
+func NewRelay(cfg Config) (*Relay, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Relay{cfg: cfg, tbl: cfg.Table, writer: newWriter(cfg), log: cfg.Logger.With("outbox", cfg.Table.String())}, nil
+}
+
+// Run runs the relay until ctx ends: it waits for the ownership lock,
+// publishes while it holds it, and after a lost session starts over (as a
+// standby, or as the owner again). It returns nil when ctx ends.
+func (r *Relay) Run(ctx context.Context) error {
+	defer func() { _ = r.writer.Close() }()
+	for attempt := 0; ; attempt++ {
+		owned, err := r.session(ctx)
+		r.cfg.Metrics.Owner.Set(0)
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.log.Warn("outbox relay session ended; starting over", "err", err, "owned", owned)
+		if owned {
+			// A standby polls the lock every PollInterval: let it take
+			// over from an owner whose session failed, rather than race it.
+			attempt = 0
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(2 * r.cfg.PollInterval):
+			}
+		}
+		if err := r.sleep(ctx, attempt); err != nil {
+			return nil
+		}
+	}
+}
+
+// session is one database session: connect, wait for the lock, own the
+// stream until the session fails. owned reports whether it got the lock.
+func (r *Relay) session(ctx context.Context) (owned bool, err error) {
+	conn, err := pgx.ConnectConfig(ctx, r.cfg.ConnConfig)
+	if err != nil {
+		r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
+		return false, fmt.Errorf("connecting: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = conn.Close(cctx)
+		cancel()
+	}()
+	if err := conn.QueryRow(ctx, `SELECT lock_key FROM `+r.tbl.cursorIdent()).Scan(&r.lockKey); err != nil {
+		r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
+		return false, fmt.Errorf("reading the ownership lock key: %w", err)
+	}
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, r.lockKey).Scan(&got); err != nil {
+			return false, fmt.Errorf("trying the ownership lock: %w", err)
+		}
+		if got {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(r.cfg.PollInterval):
+		}
+	}
+	// Fencing: a former owner whose session just died may still have one
+	// publish under way, bounded by PublishTimeout from its last read on
+	// that session; wait it out before publishing anything.
+	r.log.Info("outbox relay owns the stream; waiting the takeover delay", "delay", r.cfg.TakeoverDelay)
+	r.cfg.Metrics.Owner.Set(1)
+	select {
+	case <-ctx.Done():
+		return true, ctx.Err()
+	case <-time.After(r.cfg.TakeoverDelay):
+	}
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{r.tbl.Channel()}.Sanitize()); err != nil {
+		return true, fmt.Errorf("listening on %s: %w", r.tbl.Channel(), err)
+	}
+	r.window = nil
+	failures := 0
+	for {
+		n, err := r.step(ctx, conn)
+		var pe *PublishError
+		switch {
+		case errors.As(err, &pe):
+			r.cfg.Metrics.Failures.WithLabelValues(pe.Reason).Inc()
+			r.log.Error("outbox relay could not publish; keeping its place and retrying", "reason", pe.Reason, "topic", pe.Topic, "err", pe.Err, "attempt", failures+1)
+			if err := r.sleep(ctx, failures); err != nil {
+				return true, err
+			}
+			failures++
+			continue
+		case err != nil:
+			r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
+			return true, err // the session (and with it the lock) is given up
+		}
+		failures = 0
+		if time.Since(r.lastMetrics) >= r.cfg.MetricsInterval || n == 0 {
+			if err := r.readMetrics(ctx, conn); err != nil {
+				return true, err
+			}
+		}
+		if n > 0 {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
+		_, err = conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case err != nil && !errors.Is(err, context.DeadlineExceeded):
+			return true, fmt.Errorf("waiting for a notification: %w", err)
+		}
+	}
+}
+
+// step reads one batch, publishes it, and moves the cursor once the broker
+// acknowledged it. n is the number of rows published, or 1 when only the
+// cursor moved (there may be more to do at once); 0 means nothing to do.
+func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
+	b, err := r.readBatch(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	if !b.moved {
+		return 0, nil
+	}
+	if len(b.rows) > 0 {
+		start := time.Now()
+		if err := r.publish(ctx, b.rows); err != nil {
+			r.window = nil // read the window's bounds again with the retry
+			return 0, err
+		}
+		end := time.Now()
+		r.cfg.Metrics.Published.Add(float64(len(b.rows)))
+		for _, o := range b.rows {
+			if !o.ahead {
+				r.cfg.Metrics.PublishLatency.Observe(end.Sub(o.createdAt).Seconds())
+			}
+		}
+		if r.cfg.OnPublish != nil {
+			r.cfg.OnPublish(start, end, len(b.rows))
+		}
+	}
+	if err := r.writeCursor(ctx, conn, b.next); err != nil {
+		return 0, err
+	}
+	return max(len(b.rows), 1), nil
+}
+
+// readMetrics reads the backlog and the oldest unpublished row's age: the
+// rows at or above the cursor's lower bound, less those of the open window
+// already published.
+func (r *Relay) readMetrics(ctx context.Context, conn *pgx.Conn) error {
+	r.lastMetrics = time.Now()
+	var (
+		n   int64
+		age float64
+	)
+	err := conn.QueryRow(ctx, `
+SELECT count(*), coalesce(extract(epoch FROM pg_catalog.clock_timestamp() - min(o.created_at)), 0)::float8
+  FROM `+r.tbl.ident()+` o, `+r.tbl.cursorIdent()+` c
+ WHERE o.tx >= c.lo AND (o.tx >= c.hi OR c.after IS NULL OR o.event_id > c.after)`).Scan(&n, &age)
+	if err != nil {
+		return fmt.Errorf("reading the backlog: %w", err)
+	}
+	r.cfg.Metrics.Backlog.Set(float64(n))
+	r.cfg.Metrics.OldestAge.Set(age)
+	return nil
+}
+
+func (r *Relay) sleep(ctx context.Context, attempt int) error {
+	d := r.cfg.Backoff << min(attempt, 20)
+	if d <= 0 || d > r.cfg.MaxBackoff {
+		d = r.cfg.MaxBackoff
+	}
+	d = d/2 + rand.N(d/2+1) //nolint:gosec // G404: jitter, not a secret
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// resetLockWait is how long ResetCursor waits for the ownership lock.
+const resetLockWait = 3 * time.Second
+
+// ResetCursor moves the cursor of t to the transaction id from, an explicit
+// operation (docs/outbox.md): rows of transactions below it count as
+// published and are never sent; rows at or above are sent again. nil
+// means the current horizon: everything committed so far is skipped. It
+// takes the ownership lock first (waiting up to 3s) and refuses while a
+// relay holds it.
+func ResetCursor(ctx context.Context, conn *pgx.Conn, t Table, from *uint64) (lo uint64, err error) {
+	t = t.WithDefaults()
+	var key int64
+	if err := conn.QueryRow(ctx, `SELECT lock_key FROM `+t.cursorIdent()).Scan(&key); err != nil {
+		return 0, fmt.Errorf("resetting the cursor of %s: %w", t, err)
+	}
+	// A relay that was just stopped gives the lock back when its server
+	// process ends, a moment after its client closed: wait a little.
+	var got bool
+	for deadline := time.Now().Add(resetLockWait); ; {
+		if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock($1)`, key).Scan(&got); err != nil {
+			return 0, fmt.Errorf("resetting the cursor of %s: %w", t, err)
+		}
+		if got || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if !got {
+		return 0, fmt.Errorf("resetting the cursor of %s: a relay owns the stream; stop every relay first", t)
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_catalog.pg_advisory_unlock($1)`, key) }()
+	var to *string
+	if from != nil {
+		s := strconv.FormatUint(*from, 10)
+		to = &s
+	}
+	var s string
+	err = conn.QueryRow(ctx, `UPDATE `+t.cursorIdent()+` SET lo = x.v, hi = x.v, after = NULL, updated_at = pg_catalog.now()
+  FROM (SELECT coalesce($1::text::pg_catalog.xid8, pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())) AS v) x RETURNING lo::text`, to).Scan(&s)
+	if err != nil {
+		return 0, fmt.Errorf("resetting the cursor of %s: %w", t, err)
+	}
+	return parseXid(s)
+}

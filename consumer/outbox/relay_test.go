@@ -1,0 +1,288 @@
+package outbox_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/idempotency-dev/operator/consumer/outbox"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestRelay_PublishesARowCommittedAfterALaterIdRow: A emits first (the
+// smaller eventId) and stays open; B emits and commits. A relay that
+// published "ids after the last one" would send B and then never A. The
+// relay sends both, with Kafka key, eventId and the user's headers, and the
+// outbox has no dead tuple afterwards.
+func TestRelay_PublishesARowCommittedAfterALaterIdRow(t *testing.T) {
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	e.kafka.MustCreateTopic(t, "orders", 1)
+	r := e.start(t, nil)
+	waitFor(t, 10*time.Second, "the relay to own the stream", r.owner)
+
+	a, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Rollback(ctx) }()
+	idA, err := outbox.Emit(ctx, a, e.tbl, outbox.Message{Topic: "orders", Key: []byte("a"), Payload: []byte("A"), Headers: map[string]string{"type": "A"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idB := e.emit(t, "orders", "b", []byte("B"))
+	if idB.String() <= idA.String() {
+		t.Fatalf("B's id %s is not after A's %s", idB, idA)
+	}
+	time.Sleep(500 * time.Millisecond) // several polls while A is open
+	if err := a.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := e.readTopic(t, "orders", 1, 2, 20*time.Second)
+	seen := map[string]string{}
+	for _, rec := range got {
+		seen[rec.id] = rec.key
+	}
+	if seen[idA.String()] != "a" || seen[idB.String()] != "b" {
+		t.Fatalf("published %v, want %s (key a) and %s (key b)", got, idA, idB)
+	}
+	waitFor(t, 10*time.Second, "published_total 2", func() bool { return testutil.ToFloat64(r.metrics.Published) == 2 })
+	waitFor(t, 10*time.Second, "backlog 0", func() bool { return testutil.ToFloat64(r.metrics.Backlog) == 0 })
+	assertNoDeadTuples(t, e)
+}
+
+// assertNoDeadTuples: nothing updates or deletes outbox rows.
+func assertNoDeadTuples(t *testing.T, e *relayEnv) {
+	t.Helper()
+	ctx := testCtx(t)
+	if _, err := e.pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatal(err)
+	}
+	var dead, live int64
+	err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(n_dead_tup), 0), coalesce(sum(n_live_tup), 0) FROM pg_stat_user_tables
+  WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'public.outbox'::regclass)`).Scan(&dead, &live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("outbox partitions: n_live_tup=%d n_dead_tup=%d", live, dead)
+	if dead != 0 {
+		t.Errorf("n_dead_tup of the outbox's partitions = %d, want 0", dead)
+	}
+}
+
+// TestRelay_KeepsKeyOrderWhenTheNewerXidCommitsFirst: X takes its
+// transaction id first, then T (which holds the horizon), then Y. Y emits on
+// key k and commits; X emits on k (after Y, so a larger eventId) and
+// commits. The horizon (T) lets X's row into a window but not Y's: the relay
+// must still send Y before X, because Y committed first. Y is sent again
+// when its own window opens: a duplicate with the same eventId, after X.
+func TestRelay_KeepsKeyOrderWhenTheNewerXidCommitsFirst(t *testing.T) {
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	e.kafka.MustCreateTopic(t, "orders", 1)
+	r := e.start(t, nil)
+	waitFor(t, 10*time.Second, "the relay to own the stream", r.owner)
+
+	begin := func() (pgx.Tx, string) {
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		var xid string
+		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+			t.Fatal(err)
+		}
+		return tx, xid
+	}
+	x, xX := begin()
+	hold, xT := begin()
+	y, xY := begin()
+	t.Logf("xids: X %s < T %s < Y %s", xX, xT, xY)
+	emit := func(tx pgx.Tx, payload string) uuid.UUID {
+		id, err := outbox.Emit(ctx, tx, e.tbl, outbox.Message{Topic: "orders", Key: []byte("k"), Payload: []byte(payload)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	idY := emit(y, "Y")
+	idX := emit(x, "X")
+	if idX.String() <= idY.String() {
+		t.Fatalf("X's id %s is not after Y's %s", idX, idY)
+	}
+	first := e.readTopic(t, "orders", 1, 2, 20*time.Second)
+	ids := func(rs []record) []string {
+		var s []string
+		for _, r := range rs {
+			name := map[string]string{idX.String(): "X", idY.String(): "Y"}[r.id]
+			s = append(s, name)
+		}
+		return s
+	}
+	if got := fmt.Sprint(ids(first)); got != "[Y X]" {
+		t.Fatalf("published while T holds the horizon: %s, want [Y X] (Y committed first)", got)
+	}
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all := e.readTopic(t, "orders", 1, 3, 20*time.Second)
+	if got := fmt.Sprint(ids(all)); got != "[Y X Y]" {
+		t.Fatalf("published after T ended: %s, want [Y X Y] (Y again in its own window: a duplicate)", got)
+	}
+}
+
+// TestRelay_TwoRelaysNeverPublishAtOnce: two relays on one outbox; the
+// owner's session is killed twice while events keep coming. The other one
+// takes over; no publish of one relay overlaps in time a publish of the
+// other (the takeover delay outlasts a former owner's last publish), and
+// every event is published.
+func TestRelay_TwoRelaysNeverPublishAtOnce(t *testing.T) {
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	e.kafka.MustCreateTopic(t, "orders", 3)
+	type span struct {
+		relay      int
+		start, end time.Time
+		n          int
+	}
+	var (
+		mu    sync.Mutex
+		spans []span
+	)
+	for i := range 2 {
+		e.start(t, func(c *outbox.Config) {
+			c.OnPublish = func(start, end time.Time, n int) {
+				mu.Lock()
+				spans = append(spans, span{i, start, end, n})
+				mu.Unlock()
+			}
+		})
+	}
+	const events = 500
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range events {
+			e.emit(t, "orders", fmt.Sprintf("key-%d", i%17), []byte(fmt.Sprint(i)))
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	ownerIndex := func() int {
+		for i, r := range e.relays {
+			if r.owner() {
+				return i
+			}
+		}
+		return -1
+	}
+	var owners []int
+	for kill := range 2 {
+		waitFor(t, 20*time.Second, "an owner", func() bool { return ownerIndex() >= 0 })
+		owner := ownerIndex()
+		owners = append(owners, owner)
+		before := testutil.ToFloat64(e.relays[owner].metrics.Published)
+		waitFor(t, 20*time.Second, "the owner to publish", func() bool { return testutil.ToFloat64(e.relays[owner].metrics.Published) > before+10 })
+		var pids []int32
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `SELECT l.pid FROM pg_locks l, public.outbox_relay c
+ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+   AND l.classid = ((c.lock_key >> 32) & 4294967295)::oid AND l.objid = (c.lock_key & 4294967295)::oid`)
+			if err != nil {
+				return err
+			}
+			pids, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+			return err
+		})
+		if err != nil || len(pids) != 1 {
+			t.Fatalf("kill %d: lock holders %v (err %v), want one", kill, pids, err)
+		}
+		if _, err := e.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pids[0]); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("kill %d: terminated relay %d's session (pid %d)", kill, owner, pids[0])
+		waitFor(t, 20*time.Second, "the other relay to take over", func() bool {
+			i := ownerIndex()
+			return i >= 0 && i != owner
+		})
+	}
+	<-done
+	var (
+		got      []record
+		distinct map[string]bool
+	)
+	for want, deadline := events, time.Now().Add(60*time.Second); time.Now().Before(deadline); {
+		got = e.readTopic(t, "orders", 3, want, 10*time.Second)
+		distinct = map[string]bool{}
+		for _, r := range got {
+			distinct[r.id] = true
+		}
+		if len(distinct) == events {
+			break
+		}
+		want = len(got) + events - len(distinct) // the repeats take places too
+	}
+	if len(distinct) != events {
+		t.Fatalf("published %d distinct events (%d records), want %d", len(distinct), len(got), events)
+	}
+	// Per key, the first publication of each event comes in commit order
+	// (the events of a key were emitted one after the other, so in id
+	// order).
+	firstSeen, last := map[string]bool{}, map[string]string{}
+	for _, r := range got {
+		if firstSeen[r.id] {
+			continue
+		}
+		firstSeen[r.id] = true
+		if r.id < last[r.key] {
+			t.Errorf("key %s: %s published (first) after %s", r.key, r.id, last[r.key])
+		}
+		last[r.key] = r.id
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	published := map[int]int{}
+	for i, a := range spans {
+		published[a.relay] += a.n
+		for _, b := range spans[i+1:] {
+			if a.relay != b.relay && a.start.Before(b.end) && b.start.Before(a.end) {
+				t.Errorf("relay %d published [%s, %s] while relay %d published [%s, %s]", a.relay, a.start.Format("15:04:05.000"), a.end.Format("15:04:05.000"),
+					b.relay, b.start.Format("15:04:05.000"), b.end.Format("15:04:05.000"))
+			}
+		}
+	}
+	t.Logf("owners before each kill %v; records published per relay %v (%d records for %d events: repeats after a takeover); %d publishes", owners, published, len(got), events, len(spans))
+	if published[0] == 0 || published[1] == 0 {
+		t.Errorf("records per relay %v: both relays should have owned the stream", published)
+	}
+	assertNoDeadTuples(t, e)
+}
+
+// TestRelay_WakesOnNotify: with a poll interval of a minute, an event is
+// still published within a second of its commit: the emit function's NOTIFY
+// wakes the relay.
+func TestRelay_WakesOnNotify(t *testing.T) {
+	e := newRelayEnv(t)
+	e.kafka.MustCreateTopic(t, "orders", 1)
+	r := e.start(t, func(c *outbox.Config) { c.PollInterval = time.Minute })
+	time.Sleep(3 * time.Second) // past the takeover delay (2.1s), idle
+	if !r.owner() {
+		t.Fatal("the relay does not own the stream")
+	}
+	for i := range 3 {
+		start := time.Now()
+		e.emit(t, "orders", "k", []byte("ping"))
+		waitFor(t, 5*time.Second, "the event published", func() bool { return testutil.ToFloat64(r.metrics.Published) == float64(i+1) })
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("event %d published %s after its commit, want well under the poll interval", i, d)
+		} else {
+			t.Logf("event %d published %s after its commit", i, d)
+		}
+	}
+}
