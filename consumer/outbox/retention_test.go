@@ -70,13 +70,16 @@ func TestRetention_DropsOnlyPublishedPartitions(t *testing.T) {
 
 	r = e.start(t, nil)
 	waitFor(t, 20*time.Second, "the last row published", func() bool { return testutil.ToFloat64(r.metrics.Published) == 1 })
-	waitFor(t, 20*time.Second, "backlog 0", func() bool { return testutil.ToFloat64(r.metrics.Backlog) == 0 })
-	if _, err := outbox.Maintain(ctx, e.pool, e.tbl, now, 2, 48*time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if exists(unpublished) {
-		t.Errorf("%s was kept after its row was published", unpublished)
-	}
+	// The count moves once the broker acknowledged the row; the cursor, which
+	// the drop guard reads, a moment later (the metric's first backlog
+	// reading may still be the 0 of a fresh gauge): maintenance drops the
+	// partition once the cursor is past its row.
+	waitFor(t, 20*time.Second, unpublished+" dropped once its row is published", func() bool {
+		if _, err := outbox.Maintain(ctx, e.pool, e.tbl, now, 2, 48*time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		return !exists(unpublished)
+	})
 	if got := e.readTopic(t, "orders", 1, 3, 10*time.Second); len(got) != 3 {
 		t.Errorf("published %d records, want 3", len(got))
 	}
