@@ -311,7 +311,7 @@ func runOutbox(ctx context.Context, node, dir string, env map[string]string, ord
 	for sc.Scan() {
 		var p placed
 		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
-			return out, fmt.Errorf("outbox.js printed %q: %v", sc.Text(), err)
+			return out, fmt.Errorf("outbox.js printed %q: %w", sc.Text(), err)
 		}
 		out = append(out, p)
 	}
