@@ -21,13 +21,14 @@ const VERDICTS: ReadonlySet<string> = new Set(['new', 'duplicate', 'outside_wind
 const FUNCTION_NAME = /^([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)$/;
 
 /**
- * Returns the quoted, schema-qualified name of the per-id claim function, e.g.
- * "billing"."processed_event_claim_one" for "billing.processed_event_claim_one".
+ * Returns the quoted, schema-qualified name of a function the operator
+ * publishes, e.g. "billing"."processed_event_claim_one" for
+ * "billing.processed_event_claim_one" (what names it in errors).
  */
-export function quoteFunctionName(name: string): string {
+export function quoteFunctionName(name: string, what = 'claim function'): string {
   const m = FUNCTION_NAME.exec(name);
   if (!m) {
-    throw new Error(`claim function ${JSON.stringify(name)}: want schema.name in lower-case letters, digits and underscores`);
+    throw new Error(`${what} ${JSON.stringify(name)}: want schema.name in lower-case letters, digits and underscores`);
   }
   return `"${m[1]}"."${m[2]}"`;
 }

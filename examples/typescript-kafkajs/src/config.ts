@@ -21,6 +21,13 @@ export interface Config {
   onNotV7: Policy;
   onUndecodable: Policy;
   resetOffsets: 'earliest' | '';
+  /**
+   * When set, the event id is read from this Kafka header instead of the
+   * value's "eventId" field: "eventId" for records the outbox relay
+   * publishes (the id is made by the emit function, so it is not in the
+   * payload). Default: the value.
+   */
+  eventIdHeader: string;
   sessionTimeoutMs: number;
   partitionsConsumedConcurrently: number;
   attempts: number;
@@ -79,6 +86,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     onNotV7: policy(env, 'ON_NOT_V7'),
     onUndecodable: policy(env, 'ON_UNDECODABLE'),
     resetOffsets: reset,
+    eventIdHeader: (env.EVENT_ID_HEADER ?? '').trim(),
     sessionTimeoutMs: int(env, 'SESSION_TIMEOUT_MS', 10000, 100),
     partitionsConsumedConcurrently: int(env, 'PARTITIONS_CONSUMED_CONCURRENTLY', 2, 1),
     attempts: int(env, 'ATTEMPTS', 5, 1),

@@ -82,6 +82,13 @@ function chargeRequest(body: Record<string, unknown>, defaultAccount: string): C
   return { account, amountCents: amount };
 }
 
+/** A header's value as text; the first one if it is repeated. */
+function headerValue(m: KafkaMessage, name: string): string | undefined {
+  let v = m.headers?.[name];
+  if (Array.isArray(v)) v = v[0];
+  return v === undefined ? undefined : v.toString();
+}
+
 class App {
   private readonly kafka: Kafka;
   private readonly consumer: Consumer;
@@ -173,8 +180,8 @@ class App {
     heartbeat: () => Promise<void>,
   ): Promise<void> {
     const where = { topic, partition, offset: m.offset };
-    // 1. Decode.
-    const d = decode(m.value);
+    // 1. Decode (the id from a header when EVENT_ID_HEADER is set).
+    const d = decode(m.value, 'eventId', this.cfg.eventIdHeader ? { name: this.cfg.eventIdHeader, value: headerValue(m, this.cfg.eventIdHeader) } : undefined);
     if (!d.ok) {
       await this.byPolicy(this.cfg.onUndecodable, d.reason, d.detail, topic, partition, m, undefined);
       return;

@@ -25,8 +25,12 @@ export const MAX_BYTES = 1 << 20;
 // uuid input and make two spellings of one id.
 const CANONICAL_UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
-/** Decodes one record value. It never throws. */
-export function decode(value: Buffer | null, idField = 'eventId'): Decoded {
+/**
+ * Decodes one record value. It never throws. With idHeader set, the id is
+ * that header's value (the outbox relay's "eventId" header) and the value
+ * only needs to be a JSON object.
+ */
+export function decode(value: Buffer | null, idField = 'eventId', idHeader?: { name: string; value: string | undefined }): Decoded {
   if (value === null || value.length === 0) {
     return { ok: false, reason: 'not_json', detail: 'empty value (a tombstone?)' };
   }
@@ -43,9 +47,9 @@ export function decode(value: Buffer | null, idField = 'eventId'): Decoded {
     return { ok: false, reason: 'not_json', detail: 'value is not a JSON object' };
   }
   const obj = body as Record<string, unknown>;
-  const id = obj[idField];
+  const id = idHeader ? idHeader.value : obj[idField];
   if (typeof id !== 'string' || id === '') {
-    return { ok: false, reason: 'missing_id', detail: `no "${idField}" string field` };
+    return { ok: false, reason: 'missing_id', detail: idHeader ? `no "${idHeader.name}" header` : `no "${idField}" string field` };
   }
   if (!CANONICAL_UUID.test(id)) {
     return { ok: false, reason: 'invalid_uuid', detail: `${JSON.stringify(id.slice(0, 64))} is not a canonical UUID` };
