@@ -40,20 +40,33 @@ func newWriter(cfg Config) *kafka.Writer {
 	}
 }
 
-// message is r as a Kafka record: key, value, and the headers eventId, the
-// user's (traceparent among them) in name order.
-func (r row) message() kafka.Message {
+// message is r as a Kafka record: key, value, and the headers eventId and
+// the CloudEvents Kafka binding's binary mode (ce_specversion 1.0, ce_id the
+// eventId, ce_source source, ce_type the topic, ce_time the row's
+// created_at), so that this project's consumer (envelope mode cloudevents or
+// auto) and any CloudEvents reader take the outbox's eventId as the event's
+// id; then the user's headers (traceparent among them) in name order. A
+// user's ce_type, ce_source or ce_time replaces the default; eventId, ce_id
+// and ce_specversion are the relay's own.
+func (r row) message(source string) kafka.Message {
+	id := []byte(r.id.String())
 	m := kafka.Message{Topic: r.topic, Key: r.key, Value: r.payload,
-		Headers: []kafka.Header{{Key: "eventId", Value: []byte(r.id.String())}}}
-	names := make([]string, 0, len(r.headers))
-	for k := range r.headers {
-		if k != "eventId" {
-			names = append(names, k)
+		Headers: []kafka.Header{{Key: "eventId", Value: id}, {Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: id}}}
+	rest := map[string]string{"ce_source": source, "ce_type": r.topic, "ce_time": r.createdAt.UTC().Format(time.RFC3339Nano)}
+	for k, v := range r.headers {
+		switch k {
+		case "eventId", "ce_id", "ce_specversion":
+		default:
+			rest[k] = v
 		}
+	}
+	names := make([]string, 0, len(rest))
+	for k := range rest {
+		names = append(names, k)
 	}
 	slices.Sort(names)
 	for _, k := range names {
-		m.Headers = append(m.Headers, kafka.Header{Key: k, Value: []byte(r.headers[k])})
+		m.Headers = append(m.Headers, kafka.Header{Key: k, Value: []byte(rest[k])})
 	}
 	return m
 }
@@ -85,7 +98,7 @@ func (e *PublishError) Unwrap() error { return e.Err }
 func (r *Relay) publish(ctx context.Context, rows []row) error {
 	msgs := make([]kafka.Message, len(rows))
 	for i, o := range rows {
-		msgs[i] = o.message()
+		msgs[i] = o.message(r.source)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()

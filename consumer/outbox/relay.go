@@ -125,8 +125,8 @@ func (c Config) Validate() error {
 	if c.BatchBytes > c.MaxMessageBytes {
 		errs = append(errs, fmt.Errorf("batch bytes %d exceed max message bytes %d", c.BatchBytes, c.MaxMessageBytes))
 	}
-	if c.TakeoverDelay < c.PublishTimeout {
-		errs = append(errs, fmt.Errorf("takeover delay %s is shorter than the publish timeout %s: a former owner's last publish could overlap the new owner's", c.TakeoverDelay, c.PublishTimeout))
+	if c.TakeoverDelay < 2*c.PublishTimeout {
+		errs = append(errs, fmt.Errorf("takeover delay %s is shorter than twice the publish timeout %s: a former owner's last publish (a timed-out call still queued in the writer, then its retry) could overlap the new owner's", c.TakeoverDelay, c.PublishTimeout))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid outbox relay configuration: %w", errors.Join(errs...))
@@ -141,6 +141,7 @@ type Relay struct {
 	tbl    Table
 	writer *kafka.Writer
 	log    *slog.Logger
+	source string // the records' ce_source: /outbox/<schema>.<table>
 
 	lockKey     int64
 	window      *windowBounds
@@ -153,7 +154,8 @@ func NewRelay(cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Relay{cfg: cfg, tbl: cfg.Table, writer: newWriter(cfg), log: cfg.Logger.With("outbox", cfg.Table.String())}, nil
+	return &Relay{cfg: cfg, tbl: cfg.Table, writer: newWriter(cfg), log: cfg.Logger.With("outbox", cfg.Table.String()),
+		source: "/outbox/" + cfg.Table.String()}, nil
 }
 
 // Run runs the relay until ctx ends: it waits for the ownership lock,

@@ -61,8 +61,18 @@ func (t Table) Validate() error {
 	if err := t.dedupTable().Validate(); err != nil {
 		return fmt.Errorf("invalid outbox table: %w", errors.Unwrap(err))
 	}
+	// The emit function notifies on <schema>.<name>: PostgreSQL refuses a
+	// channel name of 64 bytes or more at every emit ("channel name too
+	// long"), so such a table is refused here, not at the first event.
+	if c := t.Channel(); len(c) > maxChannelLen {
+		return fmt.Errorf("invalid outbox table: schema and name together (%q, %d bytes) must be at most %d bytes: they name its NOTIFY channel", c, len(c), maxChannelLen)
+	}
 	return nil
 }
+
+// maxChannelLen is the longest NOTIFY channel name PostgreSQL takes
+// (NAMEDATALEN - 1).
+const maxChannelLen = 63
 
 // String is the qualified name, unquoted, for messages.
 func (t Table) String() string { return t.dedupTable().String() }
