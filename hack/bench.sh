@@ -5,10 +5,10 @@
 # those lines last, prefixed with the benchmark's name.
 #
 #   make bench                 # all of them
-#   BENCH=dedup make bench     # one of: dedup claim anylang consumer replay latency startup rollout slow_sink memory scale operator operator_cost
+#   BENCH=dedup make bench     # one of: dedup claim anylang consumer replay latency startup rollout slow_sink memory scale outbox operator operator_cost
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-which="${BENCH:-dedup claim anylang consumer replay latency startup rollout slow_sink memory scale operator}"
+which="${BENCH:-dedup claim anylang consumer replay latency startup rollout slow_sink memory scale outbox operator}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
@@ -23,8 +23,8 @@ run() {
 	fi
 	# One RESULT line per benchmark; the scale benchmark prints one per sink
 	# and names itself ("RESULT scale sink=...").
-	if [ "$name" = scale ] || [ "$name" = latency ] || [ "$name" = replay ]; then
-		# One line per sink or rate (replay: one), each naming its benchmark.
+	if [ "$name" = scale ] || [ "$name" = latency ] || [ "$name" = replay ] || [ "$name" = outbox ]; then
+		# One line per sink or rate (replay, outbox: one), each naming its benchmark.
 		grep "^RESULT $name " "$out/$name.log" >"$out/$name.result" || true
 	elif [ "$name" = operator_1000 ] || [ "$name" = operator_cost ]; then
 		# The run's line, and the operator process's cost per object
@@ -76,6 +76,9 @@ for b in $which; do
 	scale)
 		# 1, 2 and 4 cmd/consumer processes on one 8-partition topic, SQL sink and HTTP sink (20 ms provider): eps, CPU of PostgreSQL vs consumers.
 		run scale env CONSUMER_BENCH_SCALE=1 go test ./consumer/ -run '^TestBenchScale$' -count=1 -v -timeout 30m || status=1 ;;
+	outbox)
+		# The outbox relay publishing N committed rows vs a plain kafka-go producer sending the same records from memory, alternating rounds; commit-to-append latency at 50 events/s; n_dead_tup of the outbox after the run (RESULT outbox relay_eps=... raw_producer_eps=... vs_raw=... p50_ms=... p99_ms=... dead_tuples=...; targets vs_raw >= 0.5, p50_ms <= 20, dead_tuples = 0).
+		run outbox env OUTBOX_BENCH=1 go test ./consumer/outbox/ -run '^TestBenchOutbox$' -count=1 -v -timeout 30m || status=1 ;;
 	operator)
 		# 300, then 1000 IdempotentConsumers against one PostgreSQL: time to Ready, reconciles afterwards, RSS, CPU by process.
 		# 300: the manager in the test process (db_share: time inside database calls); 1000: cmd/manager as a
@@ -89,7 +92,7 @@ for b in $which; do
 		# Only RESULT operator_cost, with OPERATOR_COST_OBJECTS (default 1000) objects and a short quiet period.
 		assets="$(hack/envtest.sh)"
 		run operator_cost env KUBEBUILDER_ASSETS="$assets" OPERATOR_BENCH=1 OPERATOR_BENCH_PROCESS=1 OPERATOR_BENCH_OBJECTS="${OPERATOR_COST_OBJECTS:-1000}" OPERATOR_BENCH_QUIET=5s go test ./controllers/ -run '^TestBenchmarkManyConsumers$' -count=1 -v -timeout 30m || status=1 ;;
-	*) echo "bench: unknown benchmark $b (dedup, claim, anylang, consumer, replay, latency, startup, rollout, slow_sink, memory, scale, operator, operator_cost)" >&2; exit 2 ;;
+	*) echo "bench: unknown benchmark $b (dedup, claim, anylang, consumer, replay, latency, startup, rollout, slow_sink, memory, scale, outbox, operator, operator_cost)" >&2; exit 2 ;;
 	esac
 done
 echo

@@ -114,8 +114,13 @@ func (r *Relay) readBatch(ctx context.Context, conn *pgx.Conn) (batch, error) {
 		var lo, hi *uuid.UUID
 		// PostgreSQL 15 has no min(uuid): the two ends by ORDER BY (a
 		// top-1 sort of the window's rows, found through the tx index).
-		in := ` FROM ` + r.tbl.ident() + ` o WHERE o.tx >= $1::text::pg_catalog.xid8 AND o.tx < $2::text::pg_catalog.xid8 ORDER BY o.event_id`
-		err := tx.QueryRow(ctx, `SELECT (SELECT o.event_id`+in+` LIMIT 1), (SELECT o.event_id`+in+` DESC LIMIT 1)`,
+		// The window's rows are materialized first: as "ORDER BY event_id
+		// LIMIT 1" over the table, the planner (a generic plan of the
+		// prepared statement, or a custom one without statistics on tx)
+		// walked the primary key from the oldest row and filtered on tx,
+		// reading every row still in the table on every window.
+		err := tx.QueryRow(ctx, `WITH w AS MATERIALIZED (SELECT o.event_id FROM `+r.tbl.ident()+` o WHERE o.tx >= $1::text::pg_catalog.xid8 AND o.tx < $2::text::pg_catalog.xid8)
+SELECT (SELECT w.event_id FROM w ORDER BY w.event_id LIMIT 1), (SELECT w.event_id FROM w ORDER BY w.event_id DESC LIMIT 1)`,
 			strconv.FormatUint(c.lo, 10), strconv.FormatUint(c.hi, 10)).Scan(&lo, &hi)
 		if err != nil {
 			return b, fmt.Errorf("reading the window %s: %w", c, err)
