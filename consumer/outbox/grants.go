@@ -13,8 +13,10 @@ import (
 type Access int
 
 const (
-	// AccessEmitter may emit: USAGE on the schema, INSERT on the table (no
-	// SELECT, UPDATE or DELETE: the outbox is insert-only for it) and
+	// AccessEmitter may emit: USAGE on the schema, INSERT of the event's
+	// columns (event_id, topic, key, payload, headers; not tx or
+	// created_at; no SELECT, UPDATE or DELETE: the outbox is insert-only
+	// for it) and
 	// EXECUTE on the emit function. Nothing on the cursor table, whose
 	// row holds the relays' lock key.
 	AccessEmitter Access = iota + 1
@@ -35,7 +37,14 @@ func Grant(ctx context.Context, pool *pgxpool.Pool, t Table, role string, access
 	stmts := []string{"GRANT USAGE ON SCHEMA " + pgx.Identifier{t.Schema}.Sanitize() + " TO " + r}
 	switch access {
 	case AccessEmitter:
-		stmts = append(stmts, "GRANT INSERT ON TABLE "+t.ident()+" TO "+r,
+		// INSERT of the columns the emit function writes only: tx and
+		// created_at keep their defaults (the transaction's own id, now).
+		// An emitter that set tx could place a row below the relay's
+		// cursor (never published) or far above it (never published,
+		// its partition never dropped). Revoking the table-wide privilege
+		// first takes back one granted before.
+		stmts = append(stmts, "REVOKE INSERT ON TABLE "+t.ident()+" FROM "+r,
+			"GRANT INSERT ("+insertColumns+") ON TABLE "+t.ident()+" TO "+r,
 			"GRANT EXECUTE ON FUNCTION "+emitIdent(t)+"(text, bytea, bytea, jsonb, text) TO "+r)
 	case AccessRelay:
 		stmts = append(stmts, "GRANT SELECT ON TABLE "+t.ident()+" TO "+r,
@@ -56,6 +65,10 @@ func Grant(ctx context.Context, pool *pgxpool.Pool, t Table, role string, access
 		return nil
 	})
 }
+
+// insertColumns are the columns an emitter may write: those the emit
+// function inserts.
+const insertColumns = "event_id, topic, key, payload, headers"
 
 func emitIdent(t Table) string {
 	t = t.WithDefaults()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
 	"github.com/idempotency-dev/operator/consumer/outbox"
 	"github.com/jackc/pgx/v5"
@@ -52,6 +53,14 @@ func TestGrant_LeastPrivilege(t *testing.T) {
 	denied(em, `UPDATE public.outbox SET topic = 'x'`)
 	denied(em, `DELETE FROM public.outbox`)
 	denied(em, `SELECT lock_key FROM public.outbox_relay`)
+	// The emitter writes the event's columns, never the transaction id the
+	// relay orders by, nor the creation time.
+	v7, err := uuid.NewV7()
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied(em, `INSERT INTO public.outbox (event_id, topic, key, payload, tx) VALUES ('`+v7.String()+`', 'orders', 'k', 'p', '3'::xid8)`)
+	denied(em, `INSERT INTO public.outbox (event_id, topic, key, payload, created_at) VALUES ('`+v7.String()+`', 'orders', 'k', 'p', now() - interval '1 day')`)
 	denied(connect(nobody.URL), `SELECT public.outbox_emit('orders', 'k'::bytea, 'p'::bytea)`)
 	denied(connect(relayRole.URL), `INSERT INTO public.outbox (event_id, topic) VALUES (gen_random_uuid(), 'x')`)
 
