@@ -13,6 +13,10 @@ const (
 	ReasonUnknownTopic    = "unknown_topic"
 	ReasonBroker          = "broker"
 	ReasonDatabase        = "database"
+	// ReasonCursorAhead: the cursor names transaction ids this database has
+	// not reached (a logical copy of the outbox, with its cursor, to another
+	// cluster); nothing is published until it is reset (CursorAheadError).
+	ReasonCursorAhead = "cursor_ahead"
 )
 
 // Metrics are the relay's metrics; docs/consumer.md lists them.
@@ -39,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Published: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "outbox_published_total",
 			Help: "Outbox rows published and acknowledged (a repeat after a failure or a takeover counts again)."}),
 		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "outbox_publish_failures_total",
-			Help: "Failed publish attempts of the relay by reason (message_too_large, unknown_topic, broker, database); the relay keeps its place and retries."}, []string{"reason"}),
+			Help: "Failed publish attempts of the relay by reason (message_too_large, unknown_topic, broker, database, cursor_ahead); the relay keeps its place and retries."}, []string{"reason"}),
 		Owner: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "outbox_relay_owner",
 			Help: "1 while this relay owns the outbox stream (holds the ownership lock), else 0."}),
 	}

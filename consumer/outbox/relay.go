@@ -217,6 +217,10 @@ func (r *Relay) session(ctx context.Context) (owned bool, err error) {
 		case <-time.After(r.cfg.PollInterval):
 		}
 	}
+	if err := r.checkCursor(ctx, conn); err != nil {
+		r.cfg.Metrics.Failures.WithLabelValues(ReasonCursorAhead).Inc()
+		return true, err
+	}
 	// Fencing: a former owner whose session just died may still have one
 	// publish under way, bounded by PublishTimeout from its last read on
 	// that session; wait it out before publishing anything.
@@ -385,4 +389,46 @@ func ResetCursor(ctx context.Context, conn *pgx.Conn, t Table, from *uint64) (lo
 		return 0, fmt.Errorf("resetting the cursor of %s: %w", t, err)
 	}
 	return parseXid(s)
+}
+
+// CursorAheadError: the relay's cursor names transaction ids this database
+// has not assigned yet. The outbox and its cursor were copied to another
+// cluster (pg_dump and restore, logical replication, a blue/green move):
+// its new rows carry the new cluster's lower ids, below the cursor, and
+// would never be published, with a backlog metric of 0. A physical copy
+// (a standby promoted, a base backup restored) keeps the ids and is fine.
+// The relay refuses to run until the cursor is reset (ResetCursor).
+type CursorAheadError struct {
+	Table    string
+	Lo, Hi   uint64 // the cursor's window
+	NextXact uint64 // pg_snapshot_xmax: the next transaction id
+}
+
+func (e *CursorAheadError) Error() string {
+	return fmt.Sprintf("outbox %s: the relay's cursor (transaction ids %d to %d) is ahead of this database's next transaction id %d: "+
+		"the outbox was copied from another cluster with its cursor, and its new rows would never be published; "+
+		"stop every relay and reset the cursor (outbox.ResetCursor, docs/outbox.md \"Resetting the cursor\")", e.Table, e.Lo, e.Hi, e.NextXact)
+}
+
+// checkCursor refuses a cursor ahead of the database's transaction ids.
+func (r *Relay) checkCursor(ctx context.Context, conn *pgx.Conn) error {
+	var lo, hi, next string
+	err := conn.QueryRow(ctx, `SELECT c.lo::text, c.hi::text, pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text FROM `+r.tbl.cursorIdent()+` c`).
+		Scan(&lo, &hi, &next)
+	if err != nil {
+		return fmt.Errorf("reading the cursor: %w", err)
+	}
+	var l, h, n uint64
+	if l, err = parseXid(lo); err == nil {
+		if h, err = parseXid(hi); err == nil {
+			n, err = parseXid(next)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("reading the cursor: %w", err)
+	}
+	if l > n || h > n {
+		return &CursorAheadError{Table: r.tbl.String(), Lo: l, Hi: h, NextXact: n}
+	}
+	return nil
 }
