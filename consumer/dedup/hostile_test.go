@@ -264,3 +264,48 @@ func TestMaintainLockSquatting(t *testing.T) {
 		t.Errorf("the consumer reading the lock key: SQLSTATE %q, want 42501", code)
 	}
 }
+
+// TestMaintainLockKeyReadFromPgLocks: the lock key is unknown to other
+// roles in the lock table, but every role can read it from pg_locks while a
+// maintainer holds it. A squatter that read it there and holds it once the
+// maintainer let go must block nothing: each maintainer draws a new key
+// before it lets the lock go. Before, the second Maintain failed with
+// ErrLockNotAvailable, naming the squatter, forever.
+func TestMaintainLockKeyReadFromPgLocks(t *testing.T) {
+	ctx := testCtx(t)
+	r := newRoles(t, ScopeConsumerGroup)
+	eng, err := NewEngine(r.ownerDB, r.tbl, WithAdvisoryLockWait(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.EnsureTable(ctx, testOwner); err != nil {
+		t.Fatal(err)
+	}
+	squatter, err := pgx.Connect(ctx, r.consumer.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = squatter.Close(context.Background()) })
+
+	// A maintenance in progress: the engine's own session holds the lock.
+	conn, release, err := eng.session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen int64
+	if err := squatter.QueryRow(ctx, `SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks
+ WHERE locktype = 'advisory' AND objsubid = 1 AND pid = $1`, int(conn.PgConn().PID())).Scan(&seen); err != nil {
+		t.Fatalf("the squatter reading the maintainer's advisory lock from pg_locks: %v", err)
+	}
+	release()
+	var got bool
+	if err := squatter.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", seen).Scan(&got); err != nil || !got {
+		t.Fatalf("the squatter taking the key it read: %v %v", got, err)
+	}
+	if _, err := eng.Maintain(ctx, r.now, r.premake, r.retention); err != nil {
+		t.Fatalf("Maintain while another role holds the key it read from pg_locks: %v", err)
+	}
+	if _, err := eng.GrantConsumer(ctx, r.consumer.Name, "g1"); err != nil {
+		t.Fatalf("GrantConsumer while another role holds the key it read from pg_locks: %v", err)
+	}
+}

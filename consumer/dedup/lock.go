@@ -29,6 +29,12 @@ import (
 // schema of another role's); it is never taken otherwise, so a squatter on it
 // blocks nothing.
 
+// The key is also visible, while a maintainer holds the lock, to every role
+// that can read pg_locks (classid and objid of the advisory lock), which is
+// every role. So each maintainer draws a new key before it lets the lock go
+// (rotateLockKey): a key read from pg_locks is stale by the time it is
+// free, and holding it blocks nobody.
+
 // lockSuffix names the lock table after the dedup table.
 const lockSuffix = "_lock"
 
@@ -254,4 +260,25 @@ SELECT pg_catalog.format('pid %s (role %s, application %s)', l.pid, coalesce(a.u
 		return "held by another session (gone since)"
 	}
 	return "held by " + strings.Join(holders, ", ")
+}
+
+// rotateLockKey replaces the lock table's key with a new random one while
+// the session still holds the lock on key, before it gives the lock back:
+// the key that was visible in pg_locks meanwhile is then worthless to a
+// squatter. The UPDATE commits before the unlock, so a maintainer waiting
+// for key reads the new key once it gets the old lock (lockKeyAgain) and
+// moves to it. The legacy key (no lock table) is not rotated. A failure is
+// not fatal: the key stays as it was.
+func (e *Engine) rotateLockKey(ctx context.Context, conn *pgx.Conn, key int64) {
+	if key == e.legacyLockKey() {
+		return
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return
+	}
+	next := int64(binary.BigEndian.Uint64(b[:])) //nolint:gosec // G115: 64 random bits as a bigint lock key
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.statementTimeout+clientGrace)
+	defer cancel()
+	_, _ = conn.Exec(qctx, "UPDATE "+e.lockIdent()+" SET key = $1 WHERE key = $2", next, key)
 }

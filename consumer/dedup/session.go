@@ -118,7 +118,7 @@ func (e *Engine) session(ctx context.Context) (*pgx.Conn, func(), error) {
 				return nil, nil, fmt.Errorf("reading the table's lock key: %w", err)
 			}
 			if now == key {
-				return conn, func() { put(&key) }, nil
+				return conn, func() { e.rotateLockKey(ctx, conn, key); put(&key) }, nil
 			}
 			qctx, cancel := e.bounded(ctx)
 			_, err = conn.Exec(qctx, `SELECT pg_catalog.pg_advisory_unlock($1)`, key)
