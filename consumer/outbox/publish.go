@@ -14,9 +14,9 @@ import (
 // The producer. segmentio/kafka-go's Writer has no idempotent producer: it
 // retries a whole batch, and with more than one request in flight per
 // partition a retry can land behind a later batch. The relay therefore
-// makes exactly one call at a time (synchronous WriteMessages of one batch),
-// which kafka-go turns into one record batch per partition (BatchSize and
-// BatchBytes bound the call, so no partition's share is split), with
+// makes exactly one call at a time (synchronous WriteMessages), each cut
+// small enough (chunks) that kafka-go turns it into one record batch per
+// partition (no partition's share is split across batches), with
 // RequiredAcks all and MaxAttempts 1: a failed call is retried by the relay,
 // whole, after a backoff, and only an acknowledged call moves the cursor.
 // A record batch is appended atomically, so a retry after a partial
@@ -94,7 +94,14 @@ func (e *PublishError) Error() string {
 
 func (e *PublishError) Unwrap() error { return e.Err }
 
-// publish writes rows in one call and classifies a failure.
+// publish writes rows, in order, in calls small enough that kafka-go makes
+// one record batch of each partition's share (chunks), each call only after
+// the one before was acknowledged, all within one PublishTimeout (the
+// takeover delay counts on it), and classifies a failure. A page with the
+// rows read ahead of it can exceed one batch; handed over in one call,
+// kafka-go split a partition's share into several batches sent one after
+// another, and a failure of the first did not stop the second: a key's
+// later event could be appended before its earlier one.
 func (r *Relay) publish(ctx context.Context, rows []row) error {
 	msgs := make([]kafka.Message, len(rows))
 	for i, o := range rows {
@@ -102,6 +109,47 @@ func (r *Relay) publish(ctx context.Context, rows []row) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
+	for _, c := range chunks(msgs, r.writer.BatchSize, r.writer.BatchBytes/2) {
+		if err := r.write(ctx, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chunks cuts msgs, in order, into runs of at most maxCount messages and
+// at most maxBytes bytes (by messageSize, which overestimates kafka-go's
+// own reckoning); a message larger than maxBytes on its own is a run of
+// its own, which the broker refuses or takes whole.
+func chunks(msgs []kafka.Message, maxCount int, maxBytes int64) [][]kafka.Message {
+	var out [][]kafka.Message
+	start, bytes := 0, int64(0)
+	for i, m := range msgs {
+		n := messageSize(m)
+		if i > start && (i-start >= maxCount || bytes+n > maxBytes) {
+			out = append(out, msgs[start:i])
+			start, bytes = i, 0
+		}
+		bytes += n
+	}
+	if start < len(msgs) {
+		out = append(out, msgs[start:])
+	}
+	return out
+}
+
+// messageSize is m's size in a record batch, over-estimated: key, value,
+// headers, and 64 bytes of framing.
+func messageSize(m kafka.Message) int64 {
+	n := len(m.Key) + len(m.Value) + 64
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value) + 8
+	}
+	return int64(n)
+}
+
+// write is one WriteMessages call and its failure classified.
+func (r *Relay) write(ctx context.Context, msgs []kafka.Message) error {
 	err := r.writer.WriteMessages(ctx, msgs...)
 	if err == nil {
 		return nil
