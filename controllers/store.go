@@ -113,7 +113,9 @@ func (c *PoolCache) Open(_ context.Context, db DatabaseConn, t dedup.Table) (Tab
 	if err != nil {
 		return nil, err
 	}
-	return dedup.NewEngine(pool, t, c.opts.EngineOptions...)
+	// The reconcile runs Maintain right after EnsureTable, ahead of now by
+	// its lead and with the object's policy: the first partitions are its.
+	return dedup.NewEngine(pool, t, append([]dedup.Option{dedup.WithoutFirstPartitions()}, c.opts.EngineOptions...)...)
 }
 
 func (c *PoolCache) pool(db DatabaseConn) (*pgxpool.Pool, error) {

@@ -165,7 +165,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 			return 2
 		}
 	}
-	eng, err := dedup.NewEngine(pool, o.table)
+	eng, err := dedup.NewEngine(pool, o.table, dedup.WithoutFirstPartitions()) // its Maintain follows, as the operator's
 	if err != nil {
 		fmt.Fprintf(stderr, "dedupctl %s: %v\n", cmd, err)
 		return 2
@@ -239,7 +239,7 @@ func databaseURL(file string, getenv func(string) string) (string, []string, err
 
 // layoutFromMarker sets the scope and interval from the table's marker.
 func (o *options) layoutFromMarker(ctx context.Context, pool *pgxpool.Pool) error {
-	eng, err := dedup.NewEngine(pool, o.table)
+	eng, err := dedup.NewEngine(pool, o.table, dedup.WithoutFirstPartitions()) // its Maintain follows, as the operator's
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func TestAdoptCrashRollsBack(t *testing.T) {
 					}
 				}
 				return nil
-			}))
+			}), WithoutFirstPartitions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,7 +49,7 @@ func TestAdoptCrashRollsBack(t *testing.T) {
 				t.Fatalf("the step %s was reached %d times, want %d", c.step, seen, c.after)
 			}
 			assertOwners(t, ownerMarkers(t, pool, "processed_event"), testOwner, 10)
-			e, _ := NewEngine(pool, tbl, WithAdvisoryLockWait(0)) // the lock was released
+			e, _ := NewEngine(pool, tbl, WithAdvisoryLockWait(0), WithoutFirstPartitions()) // the lock was released
 			var oe *OwnershipError
 			if err := e.EnsureTable(ctx, newOwner); !errors.As(err, &oe) || oe.Owner != testOwner {
 				t.Fatalf("EnsureTable by the new owner after the crash = %v, want refused", err)
@@ -118,7 +118,7 @@ func TestAdopterKilled(t *testing.T) {
 		return pool.QueryRow(hctx, `SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name = $1`, app).Scan(&n)
 	}
-	crashy, err := NewEngine(apool, tbl, WithStepHook(hook))
+	crashy, err := NewEngine(apool, tbl, WithStepHook(hook), WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestAdopterKilled(t *testing.T) {
 	assertOwners(t, ownerMarkers(t, pool, "processed_event"), testOwner, 10)
 
 	// No stale advisory lock in the adopter's pool: a fresh engine gets it at once.
-	e, _ := NewEngine(apool, tbl, WithAdvisoryLockWait(0))
+	e, _ := NewEngine(apool, tbl, WithAdvisoryLockWait(0), WithoutFirstPartitions())
 	res, err := e.Adopt(ctx, newOwner, testOwner)
 	if err != nil || !res.Adopted || len(res.Partitions) != 9 {
 		t.Fatalf("Adopt after the crash = %+v, %v", res, err)
@@ -157,7 +157,7 @@ func TestAdopterKilled(t *testing.T) {
 func TestAdoptWhenOwned(t *testing.T) {
 	pool := newPool(t)
 	ctx := testCtx(t)
-	e, _ := NewEngine(pool, Table{Interval: Hourly})
+	e, _ := NewEngine(pool, Table{Interval: Hourly}, WithoutFirstPartitions())
 	res, err := e.Adopt(ctx, newOwner, testOwner)
 	if err != nil || !res.Created || res.Adopted {
 		t.Fatalf("Adopt of a missing table = %+v, %v; want created", res, err)
@@ -183,7 +183,7 @@ func TestAdoptWhenOwned(t *testing.T) {
 		if _, err := pool.Exec(ctx, `COMMENT ON TABLE processed_event IS '{"idempotency.dev/owner":"`+newOwner+`","scope":"ConsumerGroup","interval":"Hourly","version":1}'`); err != nil {
 			t.Fatal(err)
 		}
-		e, _ := NewEngine(pool, tbl)
+		e, _ := NewEngine(pool, tbl, WithoutFirstPartitions())
 		res, err := e.Adopt(ctx, newOwner, testOwner)
 		if err != nil || res.Adopted || len(res.Partitions) != 9 {
 			t.Fatalf("Adopt = %+v, %v; want the 9 partition markers completed", res, err)
@@ -218,7 +218,7 @@ func TestMaintainAfterAdoptionByAnother(t *testing.T) {
 	if _, err := old.Maintain(ctx, adoptStart, adoptPremake, adoptRetention); err != nil {
 		t.Fatal(err)
 	}
-	adopter, err := NewEngine(pool, tbl)
+	adopter, err := NewEngine(pool, tbl, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func oldOwnersTableIDs(t *testing.T, pool *pgxpool.Pool) (tbl Table, rows int, i
 		now  time.Time
 	}{{StepDetached, adoptStart.Add(time.Hour)}, {StepCreated, adoptStart.Add(2 * time.Hour)}} {
 		hook, _ := crashAt(c.step)
-		crashy, err := NewEngine(pool, tbl, WithStepHook(hook))
+		crashy, err := NewEngine(pool, tbl, WithStepHook(hook), WithoutFirstPartitions())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +147,7 @@ func TestAdopt(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE `+decoy+` (LIKE processed_event); COMMENT ON TABLE `+decoy+` IS `+dm); err != nil {
 		t.Fatal(err)
 	}
-	e, err := NewEngine(pool, tbl)
+	e, err := NewEngine(pool, tbl, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestAdoptRefused(t *testing.T) {
 		ctx := testCtx(t)
 		tbl, _ := oldOwnersTable(t, pool)
 		before := ownerMarkers(t, pool, "processed_event")
-		e, _ := NewEngine(pool, tbl)
+		e, _ := NewEngine(pool, tbl, WithoutFirstPartitions())
 		_, err := e.Adopt(ctx, newOwner, thirdOwner)
 		var oe *OwnershipError
 		if !errors.As(err, &oe) || oe.Owner != testOwner || oe.AdoptFrom != thirdOwner {
@@ -261,7 +261,7 @@ func TestAdoptRefused(t *testing.T) {
 			processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (event_id, consumer_group)) PARTITION BY RANGE (event_id)`); err != nil {
 			t.Fatal(err)
 		}
-		e, _ := NewEngine(pool, Table{Interval: Hourly})
+		e, _ := NewEngine(pool, Table{Interval: Hourly}, WithoutFirstPartitions())
 		_, err := e.Adopt(ctx, newOwner, testOwner)
 		var oe *OwnershipError
 		if !errors.As(err, &oe) || oe.Owner != "" || oe.AdoptFrom != testOwner || !strings.Contains(err.Error(), "without an ownership marker") {
@@ -276,13 +276,13 @@ func TestAdoptRefused(t *testing.T) {
 		pool := newPool(t)
 		ctx := testCtx(t)
 		oldOwnersTable(t, pool)
-		e, _ := NewEngine(pool, Table{Interval: Daily})
+		e, _ := NewEngine(pool, Table{Interval: Daily}, WithoutFirstPartitions())
 		_, err := e.Adopt(ctx, newOwner, testOwner)
 		var le *LayoutError
 		if !errors.As(err, &le) || !strings.Contains(err.Error(), "interval") {
 			t.Fatalf("Adopt with another interval = %v, want *LayoutError about the interval", err)
 		}
-		e, _ = NewEngine(pool, Table{Interval: Hourly, Scope: ScopeGlobal})
+		e, _ = NewEngine(pool, Table{Interval: Hourly, Scope: ScopeGlobal}, WithoutFirstPartitions())
 		if _, err := e.Adopt(ctx, newOwner, testOwner); !errors.As(err, &le) {
 			t.Fatalf("Adopt with another scope = %v, want *LayoutError", err)
 		}
@@ -297,7 +297,7 @@ func TestAdoptRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nowhere.Close()
-		e, _ := NewEngine(nowhere, Table{})
+		e, _ := NewEngine(nowhere, Table{}, WithoutFirstPartitions())
 		for _, c := range [][2]string{{newOwner, "x'; DROP TABLE processed_event; --"}, {"", testOwner}, {newOwner, ""}} {
 			_, err := e.Adopt(context.Background(), c[0], c[1])
 			var oe *OwnershipError

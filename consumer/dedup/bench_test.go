@@ -437,7 +437,7 @@ func BenchmarkInsertBatch500(b *testing.B) {
 	pool := consumertest.NewPool(b)
 	ctx := context.Background()
 	tbl := Table{Interval: Daily}
-	e, err := NewEngine(pool, tbl)
+	e, err := NewEngine(pool, tbl, WithoutFirstPartitions())
 	if err != nil {
 		b.Fatal(err)
 	}

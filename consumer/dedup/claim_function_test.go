@@ -64,7 +64,7 @@ func TestClaimEnsure(t *testing.T) {
 	if _, err := pool.Exec(ctx, "CREATE FUNCTION public.claim_taken_claim(a uuid[], b text) RETURNS TABLE (x uuid, y text) LANGUAGE sql AS $$ SELECT NULL::uuid, 'mine' $$"); err != nil {
 		t.Fatal(err)
 	}
-	oe, err := NewEngine(pool, other)
+	oe, err := NewEngine(pool, other, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,11 +39,11 @@ func TestCrashAtEveryStepConverges(t *testing.T) {
 			tbl := Table{Interval: Hourly}
 			newEngine(t, pool, tbl)
 			hook, hit := crashAt(step)
-			crashy, err := NewEngine(pool, tbl, WithStepHook(hook))
+			crashy, err := NewEngine(pool, tbl, WithStepHook(hook), WithoutFirstPartitions())
 			if err != nil {
 				t.Fatal(err)
 			}
-			clean, _ := NewEngine(pool, tbl)
+			clean, _ := NewEngine(pool, tbl, WithoutFirstPartitions())
 
 			// Build the table first: a table's first partitions are made in
 			// one transaction (TestFirstPartitionsInOneTransaction), and
@@ -262,7 +262,7 @@ func TestMaintainerKilledDuringDetach(t *testing.T) {
 	assertConverged(t, pool, patient, start.Add(time.Hour), premake, retention)
 	// The pool holds no connection with a stale advisory lock: a fresh
 	// engine gets the lock at once.
-	quick, _ := NewEngine(mpool, tbl, WithAdvisoryLockWait(0))
+	quick, _ := NewEngine(mpool, tbl, WithAdvisoryLockWait(0), WithoutFirstPartitions())
 	if _, err := quick.Maintain(ctx, start.Add(time.Hour), premake, retention); err != nil {
 		t.Fatalf("advisory lock leaked: %v", err)
 	}

@@ -61,6 +61,7 @@ type engineConfig struct {
 	advisoryLockWait time.Duration
 	statementTimeout time.Duration
 	hook             StepHook
+	noFirst          bool      // WithoutFirstPartitions
 	kind             string    // kind.go
 	dropGuard        DropGuard // kind.go
 	// layout replaces layoutSteps (layout.go), for tests of a migration
@@ -100,6 +101,12 @@ func WithStatementTimeout(d time.Duration) Option {
 // WithStepHook installs a hook called after each maintenance step, for fault
 // injection in tests.
 func WithStepHook(h StepHook) Option { return func(c *engineConfig) { c.hook = h } }
+
+// WithoutFirstPartitions makes EnsureTable create a new table without its
+// first partitions: for a caller that runs Maintain at once with its own
+// clock and policy (the operator, which plans ahead of now by its lead and
+// premakes what the object's spec says; tests with a clock of their own).
+func WithoutFirstPartitions() Option { return func(c *engineConfig) { c.noFirst = true } }
 
 // Engine manages one dedup table: it creates it, keeps its partitions and
 // drops it. Its methods are safe for concurrent use; maintainers of the same

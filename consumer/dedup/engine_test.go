@@ -59,7 +59,7 @@ func TestEnsureTable(t *testing.T) {
 			processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (event_id)) PARTITION BY RANGE (event_id)`); err != nil {
 			t.Fatal(err)
 		}
-		other, err := NewEngine(pool, Table{Name: "unmarked", Scope: ScopeGlobal})
+		other, err := NewEngine(pool, Table{Name: "unmarked", Scope: ScopeGlobal}, WithoutFirstPartitions())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,11 +77,11 @@ func TestEnsureTable(t *testing.T) {
 
 	t.Run("layout mismatches are reported", func(t *testing.T) {
 		var le *LayoutError
-		scope, _ := NewEngine(pool, Table{Schema: "dedup", Scope: ScopeConsumerGroup, Interval: Daily})
+		scope, _ := NewEngine(pool, Table{Schema: "dedup", Scope: ScopeConsumerGroup, Interval: Daily}, WithoutFirstPartitions())
 		if err := scope.EnsureTable(ctx, testOwner); !errors.As(err, &le) || !strings.Contains(err.Error(), "primary key is (event_id)") {
 			t.Fatalf("EnsureTable(other scope) = %v, want *LayoutError about the primary key", err)
 		}
-		iv, _ := NewEngine(pool, Table{Schema: "dedup", Scope: ScopeGlobal, Interval: Hourly})
+		iv, _ := NewEngine(pool, Table{Schema: "dedup", Scope: ScopeGlobal, Interval: Hourly}, WithoutFirstPartitions())
 		if err := iv.EnsureTable(ctx, testOwner); !errors.As(err, &le) || !strings.Contains(err.Error(), "interval") {
 			t.Fatalf("EnsureTable(other interval) = %v, want *LayoutError about the interval", err)
 		}
@@ -91,7 +91,7 @@ func TestEnsureTable(t *testing.T) {
 			COMMENT ON TABLE public.naive IS '{"idempotency.dev/owner":"`+testOwner+`","scope":"Global","interval":"Daily","version":1}'`); err != nil {
 			t.Fatal(err)
 		}
-		naive, _ := NewEngine(pool, Table{Name: "naive", Scope: ScopeGlobal, Interval: Daily})
+		naive, _ := NewEngine(pool, Table{Name: "naive", Scope: ScopeGlobal, Interval: Daily}, WithoutFirstPartitions())
 		err := naive.EnsureTable(ctx, testOwner)
 		if !errors.As(err, &le) || !strings.Contains(err.Error(), "RANGE (processed_at)") || !strings.Contains(err.Error(), "primary key is (event_id, processed_at)") {
 			t.Fatalf("EnsureTable(naive layout) = %v, want *LayoutError about partition key and primary key", err)
@@ -241,7 +241,7 @@ func TestConcurrentMaintainersSerialise(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e, err := NewEngine(pool, tbl)
+			e, err := NewEngine(pool, tbl, WithoutFirstPartitions())
 			if err != nil {
 				errs[i] = err
 				return
@@ -338,7 +338,7 @@ func TestNameConflicts(t *testing.T) {
 	t.Run("renamed legacy table's primary key", func(t *testing.T) {
 		mustExec(`CREATE TABLE processed_event (event_id uuid PRIMARY KEY, processed_at timestamptz NOT NULL DEFAULT now());
 			ALTER TABLE processed_event RENAME TO processed_event_legacy`)
-		e, _ := NewEngine(pool, Table{Interval: Daily})
+		e, _ := NewEngine(pool, Table{Interval: Daily}, WithoutFirstPartitions())
 		err := e.EnsureTable(ctx, testOwner)
 		checkConflict(err, "public.processed_event_pkey", "index", "public.processed_event_legacy")
 		if !strings.Contains(err.Error(), "ALTER INDEX public.processed_event_pkey RENAME TO") || !strings.Contains(err.Error(), "primary key") {
@@ -355,13 +355,13 @@ func TestNameConflicts(t *testing.T) {
 
 	t.Run("a type with the table's name", func(t *testing.T) {
 		mustExec(`CREATE TYPE other_event AS ENUM ('x')`)
-		e, _ := NewEngine(pool, Table{Name: "other_event"})
+		e, _ := NewEngine(pool, Table{Name: "other_event"}, WithoutFirstPartitions())
 		checkConflict(e.EnsureTable(ctx, testOwner), "public.other_event", "type", "")
 	})
 
 	t.Run("a table with a partition's name", func(t *testing.T) {
 		now := time.Date(2024, 1, 10, 12, 0, 0, 0, time.UTC)
-		e, _ := NewEngine(pool, Table{Interval: Daily})
+		e, _ := NewEngine(pool, Table{Interval: Daily}, WithoutFirstPartitions())
 		mustExec(`CREATE TABLE processed_event_p20240111 (x int)`)
 		res, err := e.Maintain(ctx, now, 1, 24*time.Hour)
 		checkConflict(err, "public.processed_event_p20240111", "table", "")
@@ -386,7 +386,7 @@ func TestEngineBoundsItsWaits(t *testing.T) {
 	pool := newPool(t)
 	ctx := testCtx(t)
 	tbl := Table{Interval: Hourly}
-	if _, err := NewEngine(pool, tbl, WithLockTimeout(time.Second), WithStatementTimeout(time.Second)); err == nil {
+	if _, err := NewEngine(pool, tbl, WithLockTimeout(time.Second), WithStatementTimeout(time.Second), WithoutFirstPartitions()); err == nil {
 		t.Fatal("NewEngine accepted a statement timeout not above the lock timeout")
 	}
 	e := newEngine(t, pool, tbl, WithLockTimeout(100*time.Millisecond), WithStatementTimeout(300*time.Millisecond),

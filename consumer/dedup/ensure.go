@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -14,13 +15,14 @@ import (
 // ownership marker for owner, or checks an existing table: it must carry
 // owner's marker (else *OwnershipError) and the requested layout (else
 // *LayoutError). A table of an older layout version is migrated first; one
-// of a newer version is refused with *LayoutVersionError, unchanged. It
-// creates no partitions: until Maintain runs, every claim is
-// outside_window. Call Maintain right after it (cmd/dedupctl's create does;
-// the operator does in the same reconcile) and then on a schedule. The
-// first partitions are left to Maintain because their range depends on the
-// clock and policy the caller maintains with (the operator plans ahead of
-// now by its lead, tests with a clock of their own).
+// of a newer version is refused with *LayoutVersionError, unchanged. A
+// table it creates is usable at once: it gets its first partitions, as
+// Maintain at the current time with the default policy (DefaultPremake
+// intervals ahead, DefaultRetention behind) would make them, in the same
+// session. Maintain must still run on a schedule (cmd/dedupctl's maintain
+// -every, the operator), or the window closes DefaultPremake intervals
+// out. WithoutFirstPartitions leaves them to the caller's own Maintain
+// (the operator plans ahead of now by its lead, with the object's policy).
 //
 // After it succeeds, this Engine's Maintain refuses (*OwnershipError) a
 // table whose marker has come to name another owner meanwhile (adopted by
@@ -36,7 +38,7 @@ func (e *Engine) EnsureTable(ctx context.Context, owner string) error {
 		return fmt.Errorf("ensuring table %s: %w", e.table, err)
 	}
 	defer release()
-	err = e.ensureTable(ctx, conn, owner)
+	created, err := e.ensureTable(ctx, conn, owner)
 	if err == nil {
 		err = e.ensurePositionsOn(ctx, conn) // positions.go; added to tables of older versions too
 	}
@@ -46,29 +48,36 @@ func (e *Engine) EnsureTable(ctx context.Context, owner string) error {
 	if err == nil {
 		e.setOwner(owner)
 	}
+	if err == nil && created && !e.cfg.noFirst {
+		var res Result
+		policy := Policy{Interval: e.table.Interval}.WithDefaults()
+		if merr := e.maintain(ctx, conn, time.Now(), policy, &res); merr != nil {
+			err = fmt.Errorf("ensuring table %s: its first partitions: %w", e.table, merr)
+		}
+	}
 	return err
 }
 
-func (e *Engine) ensureTable(ctx context.Context, conn *pgx.Conn, owner string) error {
+func (e *Engine) ensureTable(ctx context.Context, conn *pgx.Conn, owner string) (created bool, err error) {
 	st, err := e.observe(ctx, conn)
 	if err != nil {
-		return fmt.Errorf("ensuring table %s: %w", e.table, err)
+		return false, fmt.Errorf("ensuring table %s: %w", e.table, err)
 	}
 	if st.Exists {
 		if st.Owner != owner {
-			return &OwnershipError{Table: e.table.String(), Owner: st.Owner}
+			return false, &OwnershipError{Table: e.table.String(), Owner: st.Owner}
 		}
 		// An older layout is brought up to date before it is compared with
 		// this build's; a newer one is refused (layout.go).
 		if _, err := e.migrateLayout(ctx, conn, st); err != nil {
-			return err
+			return false, err
 		}
-		return e.checkLayout(ctx, conn, st)
+		return false, e.checkLayout(ctx, conn, st)
 	}
 	if err := e.createTable(ctx, conn, owner); err != nil {
-		return e.creationErr("ensuring", err)
+		return false, e.creationErr("ensuring", err)
 	}
-	return nil
+	return true, nil
 }
 
 // creationErr is createTable's error as "<verb> table t: err"; a

@@ -102,7 +102,7 @@ func TestFirstPartitionsCrashBetweenTransactions(t *testing.T) {
 	tbl := Table{Interval: Hourly}
 	clean := newEngine(t, pool, tbl)
 	hook, hit := crashAt(StepAttached)
-	crashy, err := NewEngine(pool, tbl, WithStepHook(hook))
+	crashy, err := NewEngine(pool, tbl, WithStepHook(hook), WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,9 +165,12 @@ func waitWithin(t *testing.T, wg *sync.WaitGroup, d time.Duration, what string) 
 }
 
 // newEngine creates the table on a fresh database and returns the engine.
+// The tests maintain with clocks of their own: the table is made without
+// the first partitions EnsureTable would make at the real time
+// (WithoutFirstPartitions; TestEnsureTableIsUsableAtOnce tests those).
 func newEngine(t *testing.T, pool *pgxpool.Pool, tbl Table, opts ...Option) *Engine {
 	t.Helper()
-	e, err := NewEngine(pool, tbl, opts...)
+	e, err := NewEngine(pool, tbl, append([]Option{WithoutFirstPartitions()}, opts...)...)
 	if err != nil {
 		t.Fatalf("NewEngine: %v", err)
 	}

@@ -130,7 +130,7 @@ CREATE OPERATOR S.= (LEFTARG = "char", RIGHTARG = varchar, FUNCTION = S.char_eq_
 	// statement prepared before keeps its plan): create another table,
 	// maintain, grant, revoke, drop.
 	r.ownerDB = rolePool(t, r.owner.URL)
-	eng, err := NewEngine(r.ownerDB, r.tbl)
+	eng, err := NewEngine(r.ownerDB, r.tbl, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestMaintainLockSquatting(t *testing.T) {
 	if _, err := squatter.Exec(ctx, "SELECT pg_advisory_lock($1)", legacyLockKey(r.tbl)); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := NewEngine(r.ownerDB, r.tbl, WithAdvisoryLockWait(500*time.Millisecond))
+	eng, err := NewEngine(r.ownerDB, r.tbl, WithAdvisoryLockWait(500*time.Millisecond), WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestMaintainLockSquatting(t *testing.T) {
 func TestMaintainLockKeyReadFromPgLocks(t *testing.T) {
 	ctx := testCtx(t)
 	r := newRoles(t, ScopeConsumerGroup)
-	eng, err := NewEngine(r.ownerDB, r.tbl, WithAdvisoryLockWait(500*time.Millisecond))
+	eng, err := NewEngine(r.ownerDB, r.tbl, WithAdvisoryLockWait(500*time.Millisecond), WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}

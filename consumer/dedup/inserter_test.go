@@ -300,8 +300,8 @@ func TestHostileIdentifiersRejectedBeforeSQL(t *testing.T) {
 			if h == "" {
 				continue // empty means "default" in a Table
 			}
-			if _, err := NewEngine(pool, tbl); err == nil {
-				t.Errorf("NewEngine(%+v) accepted it", tbl)
+			if _, err := NewEngine(pool, tbl, WithoutFirstPartitions()); err == nil {
+				t.Errorf("NewEngine(%+v, WithoutFirstPartitions()) accepted it", tbl)
 			}
 			if _, err := NewInserter(tbl, "g"); err == nil {
 				t.Errorf("NewInserter(%+v) accepted it", tbl)
@@ -309,7 +309,7 @@ func TestHostileIdentifiersRejectedBeforeSQL(t *testing.T) {
 		}
 	}
 	// 52 bytes is a valid identifier but leaves no room for the suffix.
-	if _, err := NewEngine(pool, Table{Name: strings.Repeat("a", MaxTableNameLen+1)}); err == nil {
+	if _, err := NewEngine(pool, Table{Name: strings.Repeat("a", MaxTableNameLen+1)}, WithoutFirstPartitions()); err == nil {
 		t.Errorf("NewEngine accepted a %d-byte table name", MaxTableNameLen+1)
 	}
 	if n := tracer.queries.Load(); n != 0 || pool.Stat().TotalConns() != 0 {
@@ -317,8 +317,8 @@ func TestHostileIdentifiersRejectedBeforeSQL(t *testing.T) {
 	}
 	// The identifier rules accept what the defaults and the longest table
 	// name need.
-	if _, err := NewEngine(pool, Table{Schema: "dedup_1", Name: strings.Repeat("a", MaxTableNameLen)}); err != nil {
-		t.Fatalf("NewEngine(valid) = %v", err)
+	if _, err := NewEngine(pool, Table{Schema: "dedup_1", Name: strings.Repeat("a", MaxTableNameLen)}, WithoutFirstPartitions()); err != nil {
+		t.Fatalf("NewEngine(valid, WithoutFirstPartitions()) = %v", err)
 	}
 }
 

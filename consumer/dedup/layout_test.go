@@ -130,7 +130,7 @@ func TestOlderMarkerIsMigrated(t *testing.T) {
 	before := catalogSnapshot(t, pool, DefaultSchema, "processed_event")
 	rows := countRows(t, pool, "processed_event")
 
-	fresh, err := NewEngine(pool, tbl)
+	fresh, err := NewEngine(pool, tbl, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestNewerLayoutIsRefused(t *testing.T) {
 	before := catalogSnapshot(t, pool, DefaultSchema, "")
 	rows := countRows(t, pool, "processed_event")
 
-	e, err := NewEngine(pool, tbl)
+	e, err := NewEngine(pool, tbl, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestLayoutStepIsOneFunction(t *testing.T) {
 			return nil
 		},
 	})
-	e, err := NewEngine(pool, tbl, withLayout(steps))
+	e, err := NewEngine(pool, tbl, withLayout(steps), WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestLayoutStepIsOneFunction(t *testing.T) {
 		t.Fatalf("the step ran %d times, want 2 (the failed attempt and the one that committed)", runs)
 	}
 	// A build without the step refuses the table now.
-	plain, err := NewEngine(pool, tbl)
+	plain, err := NewEngine(pool, tbl, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}

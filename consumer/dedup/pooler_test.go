@@ -29,7 +29,7 @@ func TestMaintenanceRefusesTransactionPooler(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(pool.Close)
-			e, err := NewEngine(pool, tbl)
+			e, err := NewEngine(pool, tbl, WithoutFirstPartitions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,7 +61,7 @@ func TestMaintenanceRefusesTransactionPooler(t *testing.T) {
 	t.Run("direct", func(t *testing.T) {
 		ctx := testCtx(t)
 		pool := poolFor(t, direct)
-		e, err := NewEngine(pool, Table{Schema: "public", Name: "direct_event", Scope: ScopeConsumerGroup, Interval: Daily})
+		e, err := NewEngine(pool, Table{Schema: "public", Name: "direct_event", Scope: ScopeConsumerGroup, Interval: Daily}, WithoutFirstPartitions())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ func relExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
 func TestPositionsTable(t *testing.T) {
 	ctx := testCtx(t)
 	pool := newPool(t)
-	e, err := NewEngine(pool, Table{Scope: ScopeGlobal})
+	e, err := NewEngine(pool, Table{Scope: ScopeGlobal}, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestPositionsTable(t *testing.T) {
 	})
 
 	t.Run("a name taken by something else is refused", func(t *testing.T) {
-		other, err := NewEngine(pool, Table{Name: "taken"})
+		other, err := NewEngine(pool, Table{Name: "taken"}, WithoutFirstPartitions())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func TestPositionsTable(t *testing.T) {
 
 	t.Run("longest table name", func(t *testing.T) {
 		name := strings.Repeat("n", MaxTableNameLen)
-		long, err := NewEngine(pool, Table{Name: name})
+		long, err := NewEngine(pool, Table{Name: name}, WithoutFirstPartitions())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +137,7 @@ func TestCheckScope(t *testing.T) {
 	pool := newPool(t)
 	for _, s := range []Scope{ScopeGlobal, ScopeConsumerGroup} {
 		tab := Table{Name: "t_" + strings.ToLower(string(s)), Scope: s}
-		e, err := NewEngine(pool, tab)
+		e, err := NewEngine(pool, tab, WithoutFirstPartitions())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ func TestDurability(t *testing.T) {
 		return Durability{}
 	}
 	d = waitStandbys("async")
-	eng, err := NewEngine(pool, Table{})
+	eng, err := NewEngine(pool, Table{}, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}

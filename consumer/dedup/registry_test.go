@@ -24,11 +24,11 @@ func TestSharedTable(t *testing.T) {
 	if err := ValidateOwner(owner); err != nil {
 		t.Fatalf("the shared owner must be a valid marker owner: %v", err)
 	}
-	a, err := NewEngine(pool, tbl)
+	a, err := NewEngine(pool, tbl, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewEngine(pool, tbl)
+	b, err := NewEngine(pool, tbl, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestLeaveWithoutDropKeepsTable(t *testing.T) {
 	pool := newPool(t)
 	ctx := testCtx(t)
 	tbl := Table{Schema: "shared", Name: "kept_event"}
-	e, err := NewEngine(pool, tbl)
+	e, err := NewEngine(pool, tbl, WithoutFirstPartitions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,7 +126,7 @@ func (h *harness) startDatabase(ctx context.Context) error {
 	}
 	h.cl.Add(h.pool.Close)
 	h.table = dedup.Table{Schema: "public", Name: dedupTableName, Scope: dedup.ScopeConsumerGroup, Interval: dedup.Hourly}
-	if h.engine, err = dedup.NewEngine(h.pool, h.table); err != nil {
+	if h.engine, err = dedup.NewEngine(h.pool, h.table, dedup.WithoutFirstPartitions()); err != nil {
 		return err
 	}
 	if err := h.engine.EnsureTable(ctx, "chaos-harness"); err != nil {

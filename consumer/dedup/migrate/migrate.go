@@ -25,7 +25,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	eng, err := dedup.NewEngine(pool, cfg.Table)
+	eng, err := dedup.NewEngine(pool, cfg.Table, dedup.WithoutFirstPartitions()) // its Maintain follows, with cfg's policy
 	if err != nil {
 		return nil, err
 	}
