@@ -15,6 +15,7 @@ import (
 	"github.com/idempotency-dev/operator/consumer/envvars"
 	"github.com/idempotency-dev/operator/hack/internal/localstack"
 	"github.com/idempotency-dev/operator/hack/internal/proc"
+	"github.com/idempotency-dev/operator/internal/devkafka"
 )
 
 // fleet is the set of consumer processes of one group.
@@ -184,6 +185,12 @@ func (f *fleet) waitForLagZero(ctx context.Context, brokers []string, partitions
 	// A group that stops making progress is a defect to find: say what each
 	// running consumer was doing last, and where its goroutines were.
 	var b strings.Builder
+	// Where each partition stands: a stable offset below the end is a
+	// transaction the broker never ended, which holds a read_committed
+	// group back for good.
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	fmt.Fprintf(&b, "\n--- partitions:\n%s", devkafka.Offsets(octx, brokers, f.group, topic, partitions))
+	cancel()
 	f.mu.Lock()
 	for _, p := range f.running {
 		fmt.Fprintf(&b, "\n--- last lines of %s:\n%s", p.Name, p.TailLog(40))

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -147,6 +149,63 @@ func EndOffsets(ctx context.Context, brokers []string, topic string, partitions 
 		out[p.Partition] = p.LastOffset
 	}
 	return out, nil
+}
+
+// StableOffsets returns the last stable offset (LSO) of partitions
+// 0..partitions-1 of topic: the end offset a read_committed consumer can
+// read up to. It is below the end offset while a transaction that wrote to
+// the partition is open; one that stays below tells of a transaction that
+// never ended (a read_committed group then waits there for good).
+func StableOffsets(ctx context.Context, brokers []string, topic string, partitions int) (map[int]int64, error) {
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	req := make([]kafka.OffsetRequest, partitions)
+	for i := range req {
+		req[i] = kafka.LastOffsetOf(i)
+	}
+	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}, IsolationLevel: kafka.ReadCommitted})
+	if err != nil {
+		return nil, fmt.Errorf("listing stable offsets of %s: %w", topic, err)
+	}
+	out := map[int]int64{}
+	for _, p := range resp.Topics[topic] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("listing stable offsets of %s/%d: %w", topic, p.Partition, p.Error)
+		}
+		out[p.Partition] = p.LastOffset
+	}
+	return out, nil
+}
+
+// Offsets describes partitions 0..partitions-1 of topic for a group whose
+// lag does not go away: per partition, the end offset, the last stable
+// offset and the group's committed offset ("p0 end=... stable=...
+// committed=..."), marking a stable offset below the end.
+func Offsets(ctx context.Context, brokers []string, group, topic string, partitions int) string {
+	ends, err := EndOffsets(ctx, brokers, topic, partitions)
+	if err != nil {
+		return err.Error()
+	}
+	stable, err := StableOffsets(ctx, brokers, topic, partitions)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	committed, err := CommittedOffsets(ctx, brokers, group, topic, partitions)
+	if err != nil {
+		fmt.Fprintf(&b, "(%v)\n", err)
+	}
+	for p := range partitions {
+		c := "?"
+		if v, ok := committed[p]; ok {
+			c = strconv.FormatInt(v, 10)
+		}
+		fmt.Fprintf(&b, "%s[%d] end=%d stable=%d committed=%s", topic, p, ends[p], stable[p], c)
+		if stable[p] < ends[p] {
+			b.WriteString(" (a transaction open at the stable offset)")
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // CommittedOffsets returns the group's committed offset for partitions
