@@ -132,23 +132,7 @@ func WaitForBroker(ctx context.Context, addr string) error {
 // EndOffsets returns the end offset (the offset the next record will get) of
 // partitions 0..partitions-1 of topic.
 func EndOffsets(ctx context.Context, brokers []string, topic string, partitions int) (map[int]int64, error) {
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
-	req := make([]kafka.OffsetRequest, partitions)
-	for i := range req {
-		req[i] = kafka.LastOffsetOf(i)
-	}
-	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}})
-	if err != nil {
-		return nil, fmt.Errorf("listing end offsets of %s: %w", topic, err)
-	}
-	out := map[int]int64{}
-	for _, p := range resp.Topics[topic] {
-		if p.Error != nil {
-			return nil, fmt.Errorf("listing end offsets of %s/%d: %w", topic, p.Partition, p.Error)
-		}
-		out[p.Partition] = p.LastOffset
-	}
-	return out, nil
+	return lastOffsets(ctx, brokers, topic, partitions, kafka.ReadUncommitted, "end")
 }
 
 // StableOffsets returns the last stable offset (LSO) of partitions
@@ -157,19 +141,25 @@ func EndOffsets(ctx context.Context, brokers []string, topic string, partitions 
 // the partition is open; one that stays below tells of a transaction that
 // never ended (a read_committed group then waits there for good).
 func StableOffsets(ctx context.Context, brokers []string, topic string, partitions int) (map[int]int64, error) {
+	return lastOffsets(ctx, brokers, topic, partitions, kafka.ReadCommitted, "stable")
+}
+
+// lastOffsets lists the last offset of partitions 0..partitions-1 of topic
+// at isolation level iso (what names it in errors).
+func lastOffsets(ctx context.Context, brokers []string, topic string, partitions int, iso kafka.IsolationLevel, what string) (map[int]int64, error) {
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
 	req := make([]kafka.OffsetRequest, partitions)
 	for i := range req {
 		req[i] = kafka.LastOffsetOf(i)
 	}
-	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}, IsolationLevel: kafka.ReadCommitted})
+	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: req}, IsolationLevel: iso})
 	if err != nil {
-		return nil, fmt.Errorf("listing stable offsets of %s: %w", topic, err)
+		return nil, fmt.Errorf("listing %s offsets of %s: %w", what, topic, err)
 	}
 	out := map[int]int64{}
 	for _, p := range resp.Topics[topic] {
 		if p.Error != nil {
-			return nil, fmt.Errorf("listing stable offsets of %s/%d: %w", topic, p.Partition, p.Error)
+			return nil, fmt.Errorf("listing %s offsets of %s/%d: %w", what, topic, p.Partition, p.Error)
 		}
 		out[p.Partition] = p.LastOffset
 	}
