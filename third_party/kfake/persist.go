@@ -1607,6 +1607,11 @@ func (c *Cluster) loadPIDsLog(fsys fs, dir string) error {
 			}
 			if entry.Commit != nil {
 				pidinf.lastWasCommit = *entry.Commit
+			} else if prev, ok := c.pids.ids[entry.PID]; ok {
+				// An entry written before init entries carried
+				// Commit: the new epoch does not change how the
+				// last transaction ended.
+				pidinf.lastWasCommit = prev.lastWasCommit
 			}
 			c.pids.ids[entry.PID] = pidinf
 			if entry.TxID != "" {
@@ -1626,6 +1631,7 @@ func (c *Cluster) loadPIDsLog(fsys fs, dir string) error {
 			if ok {
 				pidinf.epoch = entry.Epoch
 				pidinf.inTx = false
+				pidinf.lastWasCommit = false // the timeout aborted it
 			}
 		}
 	}

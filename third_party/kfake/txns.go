@@ -243,7 +243,7 @@ func (pids *pids) doInitProducerID(creq *clientReq) kmsg.Response {
 		pidinf.lastActive = time.Now()
 		resp.ProducerID = pidinf.id
 		resp.ProducerEpoch = pidinf.epoch
-		pids.c.persistPIDEntry(pidLogEntry{Type: "init", PID: pidinf.id, Epoch: pidinf.epoch, TxID: pidinf.txid, Timeout: pidinf.txTimeout})
+		pids.c.persistPIDEntry(pidinf.initEntry())
 		return resp
 	}
 
@@ -252,8 +252,17 @@ func (pids *pids) doInitProducerID(creq *clientReq) kmsg.Response {
 	id, epoch := pids.create(req.TransactionalID, req.TransactionTimeoutMillis)
 	resp.ProducerID = id
 	resp.ProducerEpoch = epoch
-	pids.c.persistPIDEntry(pidLogEntry{Type: "init", PID: id, Epoch: epoch, TxID: *req.TransactionalID, Timeout: req.TransactionTimeoutMillis})
+	pids.c.persistPIDEntry(pids.ids[id].initEntry())
 	return resp
+}
+
+// initEntry is the pids.log entry of a transactional producer's new epoch.
+// It carries how the producer's last transaction ended (Commit): after a
+// restart, EndTxn retry detection answers a retried EndTxn by it, and the
+// entry replaces everything logged for the producer before it.
+func (pidinf *pidinfo) initEntry() pidLogEntry {
+	commit := pidinf.lastWasCommit
+	return pidLogEntry{Type: "init", PID: pidinf.id, Epoch: pidinf.epoch, TxID: pidinf.txid, Timeout: pidinf.txTimeout, Commit: &commit}
 }
 
 func (pidinf *pidinfo) maybeStart() {
@@ -573,7 +582,7 @@ func (pids *pids) doEnd(creq *clientReq) kmsg.Response {
 			pidinf.lastWasCommit = false
 			resp.ProducerID = pidinf.id
 			resp.ProducerEpoch = pidinf.epoch
-			pids.c.persistPIDEntry(pidLogEntry{Type: "init", PID: pidinf.id, Epoch: pidinf.epoch, TxID: pidinf.txid, Timeout: pidinf.txTimeout})
+			pids.c.persistPIDEntry(pidinf.initEntry())
 			return resp
 		}
 		// Retry detection: return success if the retry matches the
@@ -601,7 +610,7 @@ func (pids *pids) doEnd(creq *clientReq) kmsg.Response {
 		pidinf = pids.bumpEpoch(pidinf)
 		resp.ProducerID = pidinf.id
 		resp.ProducerEpoch = pidinf.epoch
-		pids.c.persistPIDEntry(pidLogEntry{Type: "init", PID: pidinf.id, Epoch: pidinf.epoch, TxID: pidinf.txid, Timeout: pidinf.txTimeout})
+		pids.c.persistPIDEntry(pidinf.initEntry())
 	}
 
 	return resp
@@ -672,6 +681,8 @@ func (pids *pids) bumpEpoch(pidinf *pidinfo) *pidinfo {
 			txid:       pidinf.txid,
 			txTimeout:  pidinf.txTimeout,
 			lastActive: pidinf.lastActive,
+
+			lastWasCommit: pidinf.lastWasCommit,
 		}
 		pids.ids[newID] = newPidinf
 		delete(pids.ids, pidinf.id)
