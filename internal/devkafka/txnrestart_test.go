@@ -2,6 +2,7 @@ package devkafka
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"testing"
@@ -109,5 +110,143 @@ func TestRetriedCommitAfterBrokerRestart(t *testing.T) {
 		if ends[p] != 2 || stable[p] != 2 {
 			t.Fatalf("after the restart: ends %v, stable %v; want 2 (a record and the commit marker) for both", ends, stable)
 		}
+	}
+}
+
+// dropLastEntries truncates an append log of kfake (pids.log: entries of a
+// 4-byte little-endian length, a 4-byte CRC and length bytes) before its
+// last n entries.
+func dropLastEntries(t *testing.T, path string, n int) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ends []int
+	for pos := 0; pos+8 <= len(raw); {
+		pos += 8 + int(binary.LittleEndian.Uint32(raw[pos:pos+4]))
+		ends = append(ends, pos)
+	}
+	if len(ends) <= n {
+		t.Fatalf("%s has %d entries, fewer than the %d to drop", path, len(ends), n)
+	}
+	if err := os.Truncate(path, int64(ends[len(ends)-1-n])); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dropLastBatch truncates a partition's only segment (record batches of a
+// 8-byte offset, a 4-byte big-endian length and length bytes) and its index
+// (15 bytes a batch) before the last batch.
+func dropLastBatch(t *testing.T, partDir string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(partDir, "0.dat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []int
+	for pos := 0; pos+12 <= len(raw); pos += 12 + int(binary.BigEndian.Uint32(raw[pos+8:pos+12])) {
+		starts = append(starts, pos)
+	}
+	if len(starts) == 0 {
+		t.Fatalf("%s: no batches", partDir)
+	}
+	if err := os.Truncate(filepath.Join(partDir, "0.dat"), int64(starts[len(starts)-1])); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(partDir, "0.idx"), int64(15*(len(starts)-1))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCommitCutByBrokerKillCompletes: the broker is killed while it writes
+// the commit markers of a transaction over two partitions, after the one of
+// partition 0 and before the one of partition 1. A Kafka coordinator logs
+// its decision (PrepareCommit) before it writes any marker and completes the
+// commit after a restart; the transaction is atomic. kfake's recovery took
+// the unmarked partition's records for a transaction the crash cut and
+// aborted them there, so the transaction was committed on partition 0 and
+// aborted on partition 1, and the producer's retried commit was refused.
+func TestCommitCutByBrokerKillCompletes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	b, err := Start(kfake.DataDir(dir), kfake.SyncWrites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.CreateTopic(ctx, "t", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	producer, err := kgo.NewClient(kgo.SeedBrokers(b.Brokers()...), kgo.TransactionalID("cut-commit"), kgo.DefaultProduceTopic("t"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	if err := producer.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := producer.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte("a")}, &kgo.Record{Partition: 1, Value: []byte("b")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	id, epoch, err := producer.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endTxn := func(b *Broker) *kmsg.EndTxnResponse {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b.Brokers()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		req := kmsg.NewPtrEndTxnRequest()
+		req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = "cut-commit", id, epoch, true
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if resp := endTxn(b); resp.ErrorCode != 0 {
+		t.Fatalf("commit: error %d", resp.ErrorCode)
+	}
+
+	// What kill -9 leaves between the two marker writes: partition 1
+	// without its marker, pids.log without what EndTxn logs after the
+	// markers (the end of the transaction and the bumped epoch).
+	crashed := crashCopy(t, dir)
+	b.Close()
+	dropLastBatch(t, filepath.Join(crashed, "partitions", "t-1"))
+	dropLastEntries(t, filepath.Join(crashed, "pids.log"), 2)
+
+	b2, err := Start(kfake.DataDir(crashed), kfake.SyncWrites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(b2.Brokers()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset().AtStart(), 1: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	got := map[int32]string{}
+	for len(got) < 2 {
+		fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
+		fs := consumer.PollFetches(fctx)
+		fcancel()
+		if fctx.Err() != nil && fs.NumRecords() == 0 {
+			break
+		}
+		fs.EachRecord(func(r *kgo.Record) { got[r.Partition] = string(r.Value) })
+	}
+	if got[0] != "a" || got[1] != "b" {
+		t.Fatalf("read_committed after the restart: %v; want the committed transaction's records on both partitions, {0: a, 1: b}", got)
+	}
+	if resp := endTxn(b2); resp.ErrorCode != 0 {
+		t.Fatalf("the commit retried after the restart: error %d; want 0 (the transaction committed)", resp.ErrorCode)
 	}
 }

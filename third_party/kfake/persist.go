@@ -441,6 +441,9 @@ type (
 		TxID    string `json:"txid,omitempty"`
 		Timeout int32  `json:"timeout,omitempty"`
 		Commit  *bool  `json:"commit,omitempty"`
+		// Bump is set on a "prepare" entry whose EndTxn bumps the
+		// epoch once the transaction ends (EndTxn v5+, KIP-890).
+		Bump bool `json:"bump,omitempty"`
 	}
 )
 
@@ -1068,11 +1071,12 @@ func (c *Cluster) loadFromDisk() (bool, error) {
 	var (
 		crashAbortedMu   sync.Mutex
 		crashAbortedPIDs = make(map[int64]struct{})
+		commits          = c.pendingCommits(fsys, dir)
 	)
 	if err := errors.Join(
 		c.loadBrokerConfigs(fsys, dir),
 		c.loadTopics(fsys, dir),
-		c.loadPartitions(fsys, dir, &crashAbortedMu, crashAbortedPIDs),
+		c.loadPartitions(fsys, dir, commits, &crashAbortedMu, crashAbortedPIDs),
 	); err != nil {
 		return false, err
 	}
@@ -1085,6 +1089,23 @@ func (c *Cluster) loadFromDisk() (bool, error) {
 	for pid := range crashAbortedPIDs {
 		if pidinf, ok := c.pids.ids[pid]; ok {
 			pidinf.epoch++
+		}
+	}
+	// End the commits the stop cut (their missing markers were written
+	// above) as EndTxn would have: a retried EndTxn(commit) then finds
+	// the transaction committed.
+	for pid, pc := range commits {
+		pidinf, ok := c.pids.ids[pid]
+		if !ok || pidinf.epoch != pc.epoch {
+			continue
+		}
+		pidinf.inTx = false
+		pidinf.lastWasCommit = true
+		commit := true
+		c.persistPIDEntry(pidLogEntry{Type: "endtx", PID: pid, Epoch: pidinf.epoch, Commit: &commit})
+		if pc.bump {
+			pidinf = c.pids.bumpEpoch(pidinf)
+			c.persistPIDEntry(pidinf.initEntry())
 		}
 	}
 
@@ -1156,13 +1177,44 @@ func (c *Cluster) loadTopics(fsys fs, dir string) error {
 	return nil
 }
 
-func (c *Cluster) loadPartitions(fsys fs, dir string, crashAbortedMu *sync.Mutex, crashAbortedPIDs map[int64]struct{}) error {
+// pendingCommit is a transaction whose EndTxn(commit) logged its decision
+// ("prepare" in pids.log) but not its end: the broker stopped while it
+// wrote the commit markers.
+type pendingCommit struct {
+	epoch int16
+	bump  bool
+}
+
+// pendingCommits returns, by producer ID, the commits pids.log shows
+// decided and not ended.
+func (c *Cluster) pendingCommits(fsys fs, dir string) map[int64]pendingCommit {
+	raw, err := fsys.ReadFile(filepath.Join(dir, "pids.log"))
+	if err != nil {
+		return nil
+	}
+	entries, _ := readEntries(raw)
+	pending := make(map[int64]pendingCommit)
+	for _, e := range entries {
+		var entry pidLogEntry
+		if err := json.Unmarshal(e.data, &entry); err != nil {
+			continue
+		}
+		if entry.Type == "prepare" && entry.Commit != nil && *entry.Commit {
+			pending[entry.PID] = pendingCommit{epoch: entry.Epoch, bump: entry.Bump}
+		} else {
+			delete(pending, entry.PID)
+		}
+	}
+	return pending
+}
+
+func (c *Cluster) loadPartitions(fsys fs, dir string, commits map[int64]pendingCommit, crashAbortedMu *sync.Mutex, crashAbortedPIDs map[int64]struct{}) error {
 	return c.forEachPartition(func(topic string, part int32, pd *partData) error {
-		return c.loadPartition(fsys, dir, topic, part, pd, crashAbortedMu, crashAbortedPIDs)
+		return c.loadPartition(fsys, dir, topic, part, pd, commits, crashAbortedMu, crashAbortedPIDs)
 	})
 }
 
-func (c *Cluster) loadPartition(fsys fs, dir, topic string, part int32, pd *partData, crashAbortedMu *sync.Mutex, crashAbortedPIDs map[int64]struct{}) error {
+func (c *Cluster) loadPartition(fsys fs, dir, topic string, part int32, pd *partData, commits map[int64]pendingCommit, crashAbortedMu *sync.Mutex, crashAbortedPIDs map[int64]struct{}) error {
 	pdir := partDir(dir, topic, part)
 
 	// Try snapshot first
@@ -1203,7 +1255,7 @@ func (c *Cluster) loadPartition(fsys fs, dir, topic string, part int32, pd *part
 	}
 
 	// Full replay - scan all segments
-	return c.loadPartitionFullReplay(pd, segFiles, fsys, pdir, crashAbortedMu, crashAbortedPIDs)
+	return c.loadPartitionFullReplay(pd, segFiles, fsys, pdir, commits, crashAbortedMu, crashAbortedPIDs)
 }
 
 func snapshotMatchesSegments(snap persistPartSnapshot, segFiles []int64, fsys fs, pdir string) bool {
@@ -1294,7 +1346,7 @@ func (c *Cluster) loadPartitionFromSnapshot(pd *partData, snap persistPartSnapsh
 	return nil
 }
 
-func (c *Cluster) loadPartitionFullReplay(pd *partData, segFiles []int64, fsys fs, pdir string, crashAbortedMu *sync.Mutex, crashAbortedPIDs map[int64]struct{}) error {
+func (c *Cluster) loadPartitionFullReplay(pd *partData, segFiles []int64, fsys fs, pdir string, commits map[int64]pendingCommit, crashAbortedMu *sync.Mutex, crashAbortedPIDs map[int64]struct{}) error {
 	// Load segments, getting full batches for crash recovery txn state.
 	var batches []*partBatch
 	for _, base := range segFiles {
@@ -1378,10 +1430,18 @@ func (c *Cluster) loadPartitionFullReplay(pd *partData, segFiles []int64, fsys f
 	// transaction at the producer's next control batch, so without a
 	// marker they would take the producer's next transaction on this
 	// partition, committed or not, for part of the aborted one.
+	//
+	// A transaction whose commit pids.log shows decided (see
+	// pendingCommits) is not aborted: the stop came while EndTxn wrote its
+	// commit markers, and this partition's is written now, as a Kafka
+	// coordinator completes a PrepareCommit after a restart. Aborting it
+	// here would commit the transaction on the partitions whose markers
+	// were written and abort it on the others.
 	type cutTxn struct {
 		pid      int64
 		epoch    int16
 		firstOff int64
+		commit   bool
 	}
 	var cut []cutTxn
 	if len(activeTxns) > 0 {
@@ -1392,6 +1452,10 @@ func (c *Cluster) loadPartitionFullReplay(pd *partData, segFiles []int64, fsys f
 				if b.ProducerID == pid && b.inTx && b.ProducerEpoch > epoch {
 					epoch = b.ProducerEpoch
 				}
+			}
+			if pc, ok := commits[pid]; ok && pc.epoch == epoch {
+				cut = append(cut, cutTxn{pid: pid, epoch: epoch, firstOff: firstOff, commit: true})
+				continue
 			}
 			// loadFromDisk bumps the producer's epoch; the marker
 			// carries the bumped one, as a coordinator's abort does.
@@ -1435,10 +1499,13 @@ func (c *Cluster) loadPartitionFullReplay(pd *partData, segFiles []int64, fsys f
 	// offsets are past every entry above, so abortedTxns stays sorted by
 	// lastOffset.
 	for _, t := range cut {
-		b, nbytes := txnMarkerBatch(t.pid, t.epoch, false, 0)
+		b, nbytes := txnMarkerBatch(t.pid, t.epoch, t.commit, 0)
 		controlOffset := c.pushBatch(pd, nbytes, b, false)
 		if controlOffset < 0 {
-			return fmt.Errorf("partition %s-%d: writing the abort marker of producer %d's transaction cut by a crash", pd.t, pd.p, t.pid)
+			return fmt.Errorf("partition %s-%d: writing the marker of producer %d's transaction cut by a crash", pd.t, pd.p, t.pid)
+		}
+		if t.commit {
+			continue
 		}
 		pd.abortedTxns = append(pd.abortedTxns, abortedTxnEntry{
 			producerID:  t.pid,

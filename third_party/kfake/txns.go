@@ -594,6 +594,14 @@ func (pids *pids) doEnd(creq *clientReq) kmsg.Response {
 		return resp
 	}
 
+	// Log the decision before any marker, as a Kafka coordinator logs
+	// PrepareCommit: a broker stopped among the marker writes completes
+	// the commit when it starts again (loadFromDisk) instead of aborting
+	// the partitions it had not marked yet.
+	if req.Commit {
+		commit := true
+		pids.c.persistPIDEntry(pidLogEntry{Type: "prepare", PID: pidinf.id, Epoch: pidinf.epoch, Commit: &commit, Bump: req.Version >= 5})
+	}
 	nBatches, nGroups := pidinf.txBatchCount, len(pidinf.txGroups)
 	endTxStart := time.Now()
 	pidinf.endTx(req.Commit)
