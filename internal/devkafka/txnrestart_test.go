@@ -250,3 +250,98 @@ func TestCommitCutByBrokerKillCompletes(t *testing.T) {
 		t.Fatalf("the commit retried after the restart: error %d; want 0 (the transaction committed)", resp.ErrorCode)
 	}
 }
+
+// TestCommitOfATransactionACrashAbortedIsRefused: the broker is killed
+// while a transaction is open (its records written, no EndTxn yet); on
+// restart recovery aborts it (PATCH.md section 2). The producer's commit,
+// arriving after the restart at the epoch it had, must be refused: the
+// transaction is aborted. It was answered with success when the producer's
+// previous transaction had committed (EndTxn retry detection compared the
+// commit with how that one ended), and after a second restart the producer
+// got its old epoch back, the bump of the first recovery being in memory
+// only.
+func TestCommitOfATransactionACrashAbortedIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	b, err := Start(kfake.DataDir(dir), kfake.SyncWrites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.CreateTopic(ctx, "t", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	producer, err := kgo.NewClient(kgo.SeedBrokers(b.Brokers()...), kgo.TransactionalID("cut-open"), kgo.DefaultProduceTopic("t"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	for i, commit := range []bool{true, false} {
+		if err := producer.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := producer.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte("a")}, &kgo.Record{Partition: 1, Value: []byte("b")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if commit { // the first commits; the second stays open
+			if err := producer.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				t.Fatalf("transaction %d: %v", i, err)
+			}
+		}
+	}
+	id, epoch, err := producer.ProducerID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := func(b *Broker) int16 {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b.Brokers()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		req := kmsg.NewPtrEndTxnRequest()
+		req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = "cut-open", id, epoch, true
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.ErrorCode
+	}
+
+	crashed := crashCopy(t, dir)
+	b.Close()
+	b2, err := Start(kfake.DataDir(crashed), kfake.SyncWrites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := commit(b2); code == 0 {
+		t.Fatal("the commit of the transaction the restart aborted succeeded; want it refused")
+	}
+	// A second kill -9 and restart, with nothing in between.
+	crashedAgain := crashCopy(t, crashed)
+	b2.Close()
+	b3, err := Start(kfake.DataDir(crashedAgain), kfake.SyncWrites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b3.Close()
+	if code := commit(b3); code == 0 {
+		t.Fatal("after a second restart, the commit of the transaction the first one aborted succeeded; want it refused")
+	}
+	ends, err := EndOffsets(ctx, b3.Brokers(), "t", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stable, err := StableOffsets(ctx, b3.Brokers(), "t", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range 2 {
+		if stable[p] != ends[p] {
+			t.Fatalf("after the restarts: ends %v, stable %v; want no transaction open", ends, stable)
+		}
+	}
+}

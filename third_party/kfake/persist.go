@@ -1086,9 +1086,15 @@ func (c *Cluster) loadFromDisk() (bool, error) {
 	if err := c.loadPIDsLog(fsys, dir); err != nil {
 		return false, err
 	}
+	// The aborts are the producers' last transactions now, and the
+	// bumped epochs are logged: a commit retried at the old epoch is
+	// refused, also after another restart.
 	for pid := range crashAbortedPIDs {
 		if pidinf, ok := c.pids.ids[pid]; ok {
 			pidinf.epoch++
+			pidinf.inTx = false
+			pidinf.lastWasCommit = false
+			c.persistPIDEntry(pidinf.initEntry())
 		}
 	}
 	// End the commits the stop cut (their missing markers were written
