@@ -1706,12 +1706,25 @@ func (g *group) reply(creq *clientReq, kresp kmsg.Response, m *groupMember) {
 	if m != nil {
 		m.waitingReply = nil
 	}
-	if !creq.reply(kresp) {
+	delivered := creq.reply(kresp)
+	// The member's session timeout starts whether or not the answer got
+	// out, as on Kafka (completeAndScheduleNextHeartbeatExpiration for
+	// every member of a completed join): a member whose connection died
+	// while its JoinGroup or SyncGroup waited has no timer running (a
+	// waiting member's is stopped), so without one it stayed in the
+	// group for good, holding partitions nobody consumed. Only a dying
+	// cluster starts none.
+	if m == nil || g.members[m.memberID] != m {
 		return
 	}
-	if m != nil {
-		g.updateHeartbeat(m)
+	if !delivered {
+		select {
+		case <-g.c.die:
+			return
+		default:
+		}
 	}
+	g.updateHeartbeat(m)
 }
 
 ///////////////////////////
