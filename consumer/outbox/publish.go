@@ -125,11 +125,34 @@ func (r *Relay) publish(ctx context.Context, rows []row) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
 	for _, c := range chunks(msgs, r.writer.BatchSize, r.writer.BatchBytes) {
-		if err := r.write(ctx, c); err != nil {
+		if err := r.writeSplitting(ctx, c); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeSplitting writes msgs in one call; if the broker (or kafka-go)
+// refuses it as too large, it writes the first half and then, once that is
+// acknowledged, the second, halving again as needed down to single
+// records: records that each fit a topic's max.message.bytes (lower than
+// the relay's MaxMessageBytes) can exceed it together. Only a record too
+// large alone fails (ReasonMessageTooLarge) and holds the stream. A refused
+// call may have been appended on other partitions; their records go again
+// with the halves, after their first copies: duplicates, never a key's
+// first copies out of order.
+func (r *Relay) writeSplitting(ctx context.Context, msgs []kafka.Message) error {
+	err := r.write(ctx, msgs)
+	var pe *PublishError
+	if err == nil || len(msgs) < 2 || !errors.As(err, &pe) || pe.Reason != ReasonMessageTooLarge {
+		return err
+	}
+	r.log.Debug("outbox relay: a call was too large for the broker; publishing it in halves", "records", len(msgs), "topic", pe.Topic)
+	h := len(msgs) / 2
+	if err := r.writeSplitting(ctx, msgs[:h]); err != nil {
+		return err
+	}
+	return r.writeSplitting(ctx, msgs[h:])
 }
 
 // chunks cuts msgs, in order, into runs of at most maxCount messages and
