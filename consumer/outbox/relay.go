@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,6 +58,14 @@ type Config struct {
 	// longer than a former owner's last publish can still run (fencing,
 	// docs/design.md).
 	TakeoverDelay time.Duration
+	// StallTimeout: an owner that has rows to publish and has not had a
+	// publish acknowledged for this long, the broker failing it (timeouts,
+	// refused connections, no leader: reason broker), is stalled: Health
+	// reports it, and the relay's /healthz fails so that it is restarted and
+	// a standby takes over (default 6*PublishTimeout). A row the broker
+	// refuses for what it is (message_too_large, unknown_topic) stalls
+	// every replica alike and does not count: a restart would not help.
+	StallTimeout time.Duration
 	// Backoff and MaxBackoff bound the pause after a failed publish or
 	// database session (default 100ms doubling to 30s, with jitter).
 	Backoff, MaxBackoff time.Duration
@@ -91,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TakeoverDelay <= 0 {
 		c.TakeoverDelay = 2*c.PublishTimeout + 100*time.Millisecond
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = 6 * c.PublishTimeout
 	}
 	if c.Backoff <= 0 {
 		c.Backoff = DefaultBackoff
@@ -129,6 +141,9 @@ func (c Config) Validate() error {
 	if c.TakeoverDelay < 2*c.PublishTimeout {
 		errs = append(errs, fmt.Errorf("takeover delay %s is shorter than twice the publish timeout %s: a former owner's last publish (a timed-out call still queued in the writer, then its retry) could overlap the new owner's", c.TakeoverDelay, c.PublishTimeout))
 	}
+	if c.StallTimeout < 2*c.PublishTimeout {
+		errs = append(errs, fmt.Errorf("stall timeout %s is shorter than twice the publish timeout %s: an owner would be reported stalled by one slow publish", c.StallTimeout, c.PublishTimeout))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid outbox relay configuration: %w", errors.Join(errs...))
 	}
@@ -147,6 +162,51 @@ type Relay struct {
 	lockKey     int64
 	window      *windowBounds
 	lastMetrics time.Time
+
+	health sync.Mutex // Health reads what the relay's goroutine writes
+	owning bool
+	// progressAt: the last acknowledged publish, or when the owner last
+	// had nothing to publish, or took the lock; failing: the reason of the
+	// publish failures since (empty: none).
+	progressAt time.Time
+	failing    string
+}
+
+// progress records that the owner is up to date or moved (a publish was
+// acknowledged, or there was nothing to publish).
+func (r *Relay) progress(owning bool, failing string) {
+	r.health.Lock()
+	defer r.health.Unlock()
+	if failing == "" || owning != r.owning {
+		r.progressAt = time.Now()
+	}
+	r.owning, r.failing = owning, failing
+}
+
+// StallError is Health's answer for a stalled owner.
+type StallError struct {
+	Reason string        // the publish failures' reason (ReasonBroker)
+	Since  time.Duration // since the last progress
+}
+
+func (e *StallError) Error() string {
+	return fmt.Sprintf("the outbox relay owns the stream and has not published for %s (publish failures: %s): give the stream to another replica", e.Since.Round(time.Millisecond), e.Reason)
+}
+
+// Health reports a stalled owner (Config.StallTimeout) with a
+// *StallError; nil for a standby, an owner that publishes or has nothing
+// to publish, and an owner held by a row the broker refuses for what it is
+// (every replica would be).
+func (r *Relay) Health() error {
+	r.health.Lock()
+	defer r.health.Unlock()
+	if !r.owning || r.failing != ReasonBroker {
+		return nil
+	}
+	if d := time.Since(r.progressAt); d >= r.cfg.StallTimeout {
+		return &StallError{Reason: r.failing, Since: d}
+	}
+	return nil
 }
 
 // NewRelay validates cfg and returns a relay; nothing is connected yet.
@@ -167,6 +227,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		owned, err := r.session(ctx)
 		r.cfg.Metrics.Owner.Set(0)
+		r.progress(false, "")
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -200,6 +261,13 @@ func (r *Relay) session(ctx context.Context) (owned bool, err error) {
 		_ = conn.Close(cctx)
 		cancel()
 	}()
+	// The server drops a session whose client went silent (a host gone, a
+	// network black hole) within about 25 s, and with it the ownership
+	// lock, rather than after the kernel's default of hours; the settings
+	// are the session's own and apply to TCP connections only.
+	if _, err := conn.Exec(ctx, `SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3`); err != nil {
+		r.log.Warn("outbox relay: could not set the session's TCP keepalives", "err", err)
+	}
 	if err := conn.QueryRow(ctx, `SELECT lock_key FROM `+r.tbl.cursorIdent()).Scan(&r.lockKey); err != nil {
 		r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
 		return false, fmt.Errorf("reading the ownership lock key: %w", err)
@@ -228,6 +296,7 @@ func (r *Relay) session(ctx context.Context) (owned bool, err error) {
 	// on that session; wait it out before publishing anything.
 	r.log.Info("outbox relay owns the stream; waiting the takeover delay", "delay", r.cfg.TakeoverDelay)
 	r.cfg.Metrics.Owner.Set(1)
+	r.progress(true, "")
 	select {
 	case <-ctx.Done():
 		return true, ctx.Err()
@@ -267,12 +336,13 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 	)
 	for {
 		if next == nil {
-			b, err := r.readBatch(ctx, conn, cur)
+			b, err := r.readBatchWithin(ctx, conn, cur)
 			if err != nil {
 				r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
 				return err // the session (and with it the lock) is given up
 			}
 			if !b.moved {
+				r.progress(true, "") // nothing to publish
 				if err := r.idle(ctx, conn); err != nil {
 					return err
 				}
@@ -284,13 +354,14 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 		start := time.Now()
 		done := make(chan error, 1)
 		go func(rows []row) { done <- r.publish(ctx, rows) }(next.rows)
-		after, rerr := r.readBatch(ctx, conn, next.next)
+		after, rerr := r.readBatchWithin(ctx, conn, next.next)
 		perr := <-done
 		end := time.Now()
 		var pe *PublishError
 		switch {
 		case errors.As(perr, &pe):
 			r.cfg.Metrics.Failures.WithLabelValues(pe.Reason).Inc()
+			r.progress(true, pe.Reason)
 			r.log.Error("outbox relay could not publish; keeping its place and retrying", "reason", pe.Reason, "topic", pe.Topic, "err", pe.Err, "attempt", failures+1)
 			next, r.window = nil, nil // read the batch and its window's bounds again with the retry
 			if rerr != nil {
@@ -309,6 +380,7 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 			return rerr
 		}
 		failures = 0
+		r.progress(true, "")
 		if len(next.rows) > 0 {
 			r.cfg.Metrics.Published.Add(float64(len(next.rows)))
 			for _, o := range next.rows {
@@ -326,7 +398,10 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 		// empty windows at most. Written, the cursor's own transaction id
 		// opened the next (empty) window, whose write opened the next.
 		if len(next.rows) > 0 {
-			if err := r.writeCursor(ctx, conn, next.next); err != nil {
+			sctx, cancel := context.WithTimeout(ctx, r.cfg.StallTimeout)
+			err := r.writeCursor(sctx, conn, next.next)
+			cancel()
+			if err != nil {
 				r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
 				return err
 			}
@@ -342,6 +417,16 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 			}
 		}
 	}
+}
+
+// readBatchWithin is readBatch with a deadline of StallTimeout: a database
+// that does not answer (a network black hole) ends the session, and the
+// relay starts over, rather than wait for the kernel to give up on the
+// connection. Every statement of the owner has one.
+func (r *Relay) readBatchWithin(ctx context.Context, conn *pgx.Conn, c cursor) (batch, error) {
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StallTimeout)
+	defer cancel()
+	return r.readBatch(sctx, conn, c)
 }
 
 // idle waits for a notification or the poll interval, reading the metrics
@@ -369,6 +454,8 @@ func (r *Relay) idle(ctx context.Context, conn *pgx.Conn) error {
 // already published.
 func (r *Relay) readMetrics(ctx context.Context, conn *pgx.Conn) error {
 	r.lastMetrics = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StallTimeout)
+	defer cancel()
 	var (
 		n   int64
 		age float64
