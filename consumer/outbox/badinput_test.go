@@ -25,7 +25,10 @@ func TestRelay_BadInputIsNeitherSkippedNorLost(t *testing.T) {
 	if err := e.kafka.CreateTopic(ctx, "small", 1, map[string]string{"max.message.bytes": "1000"}); err != nil {
 		t.Fatal(err)
 	}
-	r := e.start(t, nil)
+	// A stall timeout of two publish timeouts: the relay stays healthy
+	// however long a row it cannot publish for what it is holds it (every
+	// replica would fail alike; a restart would not help).
+	r := e.start(t, func(c *outbox.Config) { c.StallTimeout = 2 * c.PublishTimeout })
 	waitFor(t, 10*time.Second, "the relay to own the stream", r.owner)
 	failures := func(reason string) float64 { return testutil.ToFloat64(r.metrics.Failures.WithLabelValues(reason)) }
 
@@ -53,7 +56,10 @@ func TestRelay_BadInputIsNeitherSkippedNorLost(t *testing.T) {
 	// refuses one partition's batch, not the call): they are sent again with
 	// the retry, same eventId. The cursor does not move until all is acked.
 	stuckAt := testutil.ToFloat64(r.metrics.Published)
-	time.Sleep(time.Second)
+	time.Sleep(3 * time.Second) // past the stall timeout
+	if err := r.relay.Health(); err != nil {
+		t.Errorf("Health while a record is too large: %v, want nil (not a stall a restart would cure)", err)
+	}
 	if n := testutil.ToFloat64(r.metrics.Published); n != stuckAt {
 		t.Fatalf("published_total went from %v to %v while a row was too large", stuckAt, n)
 	}
