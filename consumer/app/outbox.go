@@ -161,7 +161,16 @@ func runOutboxRelay(ctx context.Context, args []string, getenv func(string) stri
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+		// Unhealthy while the owner is stalled (outbox.Config.StallTimeout:
+		// rows to publish and no acknowledgement for 6 publish timeouts, the
+		// broker failing): the restart gives the stream to a standby.
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if err := relay.Health(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer func() { _ = srv.Close() }()

@@ -1,11 +1,14 @@
 package outbox_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idempotency-dev/operator/consumer/outbox"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 )
@@ -22,7 +25,10 @@ func TestRelay_BadInputIsNeitherSkippedNorLost(t *testing.T) {
 	if err := e.kafka.CreateTopic(ctx, "small", 1, map[string]string{"max.message.bytes": "1000"}); err != nil {
 		t.Fatal(err)
 	}
-	r := e.start(t, nil)
+	// A stall timeout of two publish timeouts: the relay stays healthy
+	// however long a row it cannot publish for what it is holds it (every
+	// replica would fail alike; a restart would not help).
+	r := e.start(t, func(c *outbox.Config) { c.StallTimeout = 2 * c.PublishTimeout })
 	waitFor(t, 10*time.Second, "the relay to own the stream", r.owner)
 	failures := func(reason string) float64 { return testutil.ToFloat64(r.metrics.Failures.WithLabelValues(reason)) }
 
@@ -50,7 +56,10 @@ func TestRelay_BadInputIsNeitherSkippedNorLost(t *testing.T) {
 	// refuses one partition's batch, not the call): they are sent again with
 	// the retry, same eventId. The cursor does not move until all is acked.
 	stuckAt := testutil.ToFloat64(r.metrics.Published)
-	time.Sleep(time.Second)
+	time.Sleep(3 * time.Second) // past the stall timeout
+	if err := r.relay.Health(); err != nil {
+		t.Errorf("Health while a record is too large: %v, want nil (not a stall a restart would cure)", err)
+	}
 	if n := testutil.ToFloat64(r.metrics.Published); n != stuckAt {
 		t.Fatalf("published_total went from %v to %v while a row was too large", stuckAt, n)
 	}
@@ -77,5 +86,47 @@ func TestRelay_BadInputIsNeitherSkippedNorLost(t *testing.T) {
 	got := e.readTopic(t, "orders", 1, 3, 2*time.Second)
 	if len(got) < 2 || got[0].id != after.String() || got[1].id != next.String() {
 		t.Fatalf("orders got %v, want %s then %s (then maybe %s again)", got, after, next, next)
+	}
+}
+
+// TestRelay_SplitsACallOverATopicsLowerLimit (review finding M4): records
+// that each fit a topic's max.message.bytes, together over it. The broker
+// refuses the call's record batch (MESSAGE_TOO_LARGE); the relay halves the
+// call, down to single records, and publishes them all, in order, without
+// waiting for anyone to raise the limit.
+func TestRelay_SplitsACallOverATopicsLowerLimit(t *testing.T) {
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	if err := e.kafka.CreateTopic(ctx, "tight", 1, map[string]string{"max.message.bytes": "1500"}); err != nil {
+		t.Fatal(err)
+	}
+	// Six rows in one transaction: one page, one call.
+	var ids []string
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		for i := range 6 {
+			id, err := outbox.Emit(ctx, tx, e.tbl, outbox.Message{Topic: "tight", Key: []byte("k"), Payload: []byte(fmt.Sprintf("%d%s", i, strings.Repeat("x", 500)))})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id.String())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(t, nil)
+	got := e.readTopic(t, "tight", 1, 6, 20*time.Second)
+	var first []string // first occurrences: a split after a partial failure may repeat a record
+	seen := map[string]bool{}
+	for _, rec := range got {
+		if !seen[rec.id] {
+			seen[rec.id] = true
+			first = append(first, rec.id)
+		}
+	}
+	if !slices.Equal(first, ids) {
+		t.Fatalf("tight got %v (message_too_large failures %v), want %v in order", first,
+			testutil.ToFloat64(r.metrics.Failures.WithLabelValues(outbox.ReasonMessageTooLarge)), ids)
 	}
 }

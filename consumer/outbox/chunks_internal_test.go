@@ -10,7 +10,8 @@ import (
 
 // TestChunks_NeverSplitAPartitionsShareWithinACall: a page with the rows
 // read ahead of it is published in calls, in order, each at most the
-// writer's batch count and half its batch bytes, so kafka-go makes one
+// writer's batch count and batch bytes (by messageSize, above kafka-go's
+// own reckoning), so kafka-go makes one
 // record batch of each partition's share of a call. Handed over in one
 // call, a share over the writer's BatchBytes was split into record batches
 // sent one after another, and a failure of the first did not stop the

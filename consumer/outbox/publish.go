@@ -26,11 +26,15 @@ import (
 
 func newWriter(cfg Config) *kafka.Writer {
 	return &kafka.Writer{
-		Addr:                   kafka.TCP(cfg.Brokers...),
-		Balancer:               &kafka.Murmur2Balancer{}, // the Java client's partitioner: the same key lands where other producers put it
-		RequiredAcks:           kafka.RequireAll,
-		MaxAttempts:            1,
-		BatchSize:              cfg.BatchSize * 4, // the page and the rows read ahead of it: never split by count
+		Addr:         kafka.TCP(cfg.Brokers...),
+		Balancer:     &kafka.Murmur2Balancer{}, // the Java client's partitioner: the same key lands where other producers put it
+		RequiredAcks: kafka.RequireAll,
+		MaxAttempts:  1,
+		// A call (chunks) has at most BatchSize records, so no partition's
+		// share of it is split by count. kafka-go allocates a batch's slice
+		// of messages at this capacity for every partition of every call:
+		// four times the page (it once was) cleared 1.3 MB a partition.
+		BatchSize:              cfg.BatchSize,
 		BatchBytes:             int64(cfg.MaxMessageBytes),
 		BatchTimeout:           time.Millisecond, // a call's batches close when it has handed them all over
 		WriteTimeout:           cfg.PublishTimeout,
@@ -50,26 +54,37 @@ func newWriter(cfg Config) *kafka.Writer {
 // and ce_specversion are the relay's own.
 func (r row) message(source string) kafka.Message {
 	id := []byte(r.id.String())
-	m := kafka.Message{Topic: r.topic, Key: r.key, Value: r.payload,
-		Headers: []kafka.Header{{Key: "eventId", Value: id}, {Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: id}}}
-	rest := map[string]string{"ce_source": source, "ce_type": r.topic, "ce_time": r.createdAt.UTC().Format(time.RFC3339Nano)}
+	h := make([]kafka.Header, 3, 6+len(r.headers))
+	h[0], h[1], h[2] = kafka.Header{Key: "eventId", Value: id}, kafka.Header{Key: "ce_specversion", Value: ceSpecVersion}, kafka.Header{Key: "ce_id", Value: id}
+	rest := h[3:]
+	var own [3]bool // the user set ce_source, ce_time, ce_type
 	for k, v := range r.headers {
 		switch k {
 		case "eventId", "ce_id", "ce_specversion":
-		default:
-			rest[k] = v
+			continue
+		case "ce_source":
+			own[0] = true
+		case "ce_time":
+			own[1] = true
+		case "ce_type":
+			own[2] = true
 		}
+		rest = append(rest, kafka.Header{Key: k, Value: []byte(v)})
 	}
-	names := make([]string, 0, len(rest))
-	for k := range rest {
-		names = append(names, k)
+	if !own[0] {
+		rest = append(rest, kafka.Header{Key: "ce_source", Value: []byte(source)})
 	}
-	slices.Sort(names)
-	for _, k := range names {
-		m.Headers = append(m.Headers, kafka.Header{Key: k, Value: []byte(rest[k])})
+	if !own[1] {
+		rest = append(rest, kafka.Header{Key: "ce_time", Value: r.createdAt.UTC().AppendFormat(nil, time.RFC3339Nano)})
 	}
-	return m
+	if !own[2] {
+		rest = append(rest, kafka.Header{Key: "ce_type", Value: []byte(r.topic)})
+	}
+	slices.SortFunc(rest, func(a, b kafka.Header) int { return strings.Compare(a.Key, b.Key) })
+	return kafka.Message{Topic: r.topic, Key: r.key, Value: r.payload, Headers: h[:3+len(rest)]}
 }
+
+var ceSpecVersion = []byte("1.0")
 
 // PublishError is a failed publish: the batch is not acknowledged, the
 // cursor stays, and the relay tries the same rows again after a backoff.
@@ -109,12 +124,35 @@ func (r *Relay) publish(ctx context.Context, rows []row) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
-	for _, c := range chunks(msgs, r.writer.BatchSize, r.writer.BatchBytes/2) {
-		if err := r.write(ctx, c); err != nil {
+	for _, c := range chunks(msgs, r.writer.BatchSize, r.writer.BatchBytes) {
+		if err := r.writeSplitting(ctx, c); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeSplitting writes msgs in one call; if the broker (or kafka-go)
+// refuses it as too large, it writes the first half and then, once that is
+// acknowledged, the second, halving again as needed down to single
+// records: records that each fit a topic's max.message.bytes (lower than
+// the relay's MaxMessageBytes) can exceed it together. Only a record too
+// large alone fails (ReasonMessageTooLarge) and holds the stream. A refused
+// call may have been appended on other partitions; their records go again
+// with the halves, after their first copies: duplicates, never a key's
+// first copies out of order.
+func (r *Relay) writeSplitting(ctx context.Context, msgs []kafka.Message) error {
+	err := r.write(ctx, msgs)
+	var pe *PublishError
+	if err == nil || len(msgs) < 2 || !errors.As(err, &pe) || pe.Reason != ReasonMessageTooLarge {
+		return err
+	}
+	r.log.Debug("outbox relay: a call was too large for the broker; publishing it in halves", "records", len(msgs), "topic", pe.Topic)
+	h := len(msgs) / 2
+	if err := r.writeSplitting(ctx, msgs[:h]); err != nil {
+		return err
+	}
+	return r.writeSplitting(ctx, msgs[h:])
 }
 
 // chunks cuts msgs, in order, into runs of at most maxCount messages and

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,7 +16,7 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultBatchSize       = 500
+	DefaultBatchSize       = 2000
 	DefaultMaxMessageBytes = 1 << 20 // the broker's default message.max.bytes is 1 MiB and a little
 	DefaultPollInterval    = time.Second
 	DefaultPublishTimeout  = 5 * time.Second
@@ -35,7 +36,8 @@ type Config struct {
 	Brokers []string
 	// Transport, if set, is the kafka-go transport (TLS, SASL).
 	Transport kafka.RoundTripper
-	// BatchSize bounds the rows of one window page (default 500).
+	// BatchSize bounds the rows of one window page and of one publish call
+	// (default 2000).
 	BatchSize int
 	// MaxMessageBytes is the largest record the relay sends and bounds
 	// the bytes of one call (default 1 MiB); keep it at or below the
@@ -56,6 +58,14 @@ type Config struct {
 	// longer than a former owner's last publish can still run (fencing,
 	// docs/design.md).
 	TakeoverDelay time.Duration
+	// StallTimeout: an owner that has rows to publish and has not had a
+	// publish acknowledged for this long, the broker failing it (timeouts,
+	// refused connections, no leader: reason broker), is stalled: Health
+	// reports it, and the relay's /healthz fails so that it is restarted and
+	// a standby takes over (default 6*PublishTimeout). A row the broker
+	// refuses for what it is (message_too_large, unknown_topic) stalls
+	// every replica alike and does not count: a restart would not help.
+	StallTimeout time.Duration
 	// Backoff and MaxBackoff bound the pause after a failed publish or
 	// database session (default 100ms doubling to 30s, with jitter).
 	Backoff, MaxBackoff time.Duration
@@ -90,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TakeoverDelay <= 0 {
 		c.TakeoverDelay = 2*c.PublishTimeout + 100*time.Millisecond
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = 6 * c.PublishTimeout
 	}
 	if c.Backoff <= 0 {
 		c.Backoff = DefaultBackoff
@@ -128,6 +141,9 @@ func (c Config) Validate() error {
 	if c.TakeoverDelay < 2*c.PublishTimeout {
 		errs = append(errs, fmt.Errorf("takeover delay %s is shorter than twice the publish timeout %s: a former owner's last publish (a timed-out call still queued in the writer, then its retry) could overlap the new owner's", c.TakeoverDelay, c.PublishTimeout))
 	}
+	if c.StallTimeout < 2*c.PublishTimeout {
+		errs = append(errs, fmt.Errorf("stall timeout %s is shorter than twice the publish timeout %s: an owner would be reported stalled by one slow publish", c.StallTimeout, c.PublishTimeout))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid outbox relay configuration: %w", errors.Join(errs...))
 	}
@@ -146,6 +162,51 @@ type Relay struct {
 	lockKey     int64
 	window      *windowBounds
 	lastMetrics time.Time
+
+	health sync.Mutex // Health reads what the relay's goroutine writes
+	owning bool
+	// progressAt: the last acknowledged publish, or when the owner last
+	// had nothing to publish, or took the lock; failing: the reason of the
+	// publish failures since (empty: none).
+	progressAt time.Time
+	failing    string
+}
+
+// progress records that the owner is up to date or moved (a publish was
+// acknowledged, or there was nothing to publish).
+func (r *Relay) progress(owning bool, failing string) {
+	r.health.Lock()
+	defer r.health.Unlock()
+	if failing == "" || owning != r.owning {
+		r.progressAt = time.Now()
+	}
+	r.owning, r.failing = owning, failing
+}
+
+// StallError is Health's answer for a stalled owner.
+type StallError struct {
+	Reason string        // the publish failures' reason (ReasonBroker)
+	Since  time.Duration // since the last progress
+}
+
+func (e *StallError) Error() string {
+	return fmt.Sprintf("the outbox relay owns the stream and has not published for %s (publish failures: %s): give the stream to another replica", e.Since.Round(time.Millisecond), e.Reason)
+}
+
+// Health reports a stalled owner (Config.StallTimeout) with a
+// *StallError; nil for a standby, an owner that publishes or has nothing
+// to publish, and an owner held by a row the broker refuses for what it is
+// (every replica would be).
+func (r *Relay) Health() error {
+	r.health.Lock()
+	defer r.health.Unlock()
+	if !r.owning || r.failing != ReasonBroker {
+		return nil
+	}
+	if d := time.Since(r.progressAt); d >= r.cfg.StallTimeout {
+		return &StallError{Reason: r.failing, Since: d}
+	}
+	return nil
 }
 
 // NewRelay validates cfg and returns a relay; nothing is connected yet.
@@ -166,6 +227,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		owned, err := r.session(ctx)
 		r.cfg.Metrics.Owner.Set(0)
+		r.progress(false, "")
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -199,6 +261,13 @@ func (r *Relay) session(ctx context.Context) (owned bool, err error) {
 		_ = conn.Close(cctx)
 		cancel()
 	}()
+	// The server drops a session whose client went silent (a host gone, a
+	// network black hole) within about 25 s, and with it the ownership
+	// lock, rather than after the kernel's default of hours; the settings
+	// are the session's own and apply to TCP connections only.
+	if _, err := conn.Exec(ctx, `SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3`); err != nil {
+		r.log.Warn("outbox relay: could not set the session's TCP keepalives", "err", err)
+	}
 	if err := conn.QueryRow(ctx, `SELECT lock_key FROM `+r.tbl.cursorIdent()).Scan(&r.lockKey); err != nil {
 		r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
 		return false, fmt.Errorf("reading the ownership lock key: %w", err)
@@ -217,94 +286,167 @@ func (r *Relay) session(ctx context.Context) (owned bool, err error) {
 		case <-time.After(r.cfg.PollInterval):
 		}
 	}
-	if err := r.checkCursor(ctx, conn); err != nil {
+	cur, err := r.checkCursor(ctx, conn)
+	if err != nil {
 		r.cfg.Metrics.Failures.WithLabelValues(ReasonCursorAhead).Inc()
 		return true, err
 	}
 	// Fencing: a former owner whose session just died may still have one
-	// publish under way, bounded by PublishTimeout from its last read on
-	// that session; wait it out before publishing anything.
+	// publish under way, bounded by PublishTimeout from its last statement
+	// on that session; wait it out before publishing anything.
 	r.log.Info("outbox relay owns the stream; waiting the takeover delay", "delay", r.cfg.TakeoverDelay)
 	r.cfg.Metrics.Owner.Set(1)
+	r.progress(true, "")
 	select {
 	case <-ctx.Done():
 		return true, ctx.Err()
 	case <-time.After(r.cfg.TakeoverDelay):
 	}
-	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{r.tbl.Channel()}.Sanitize()); err != nil {
+	// The session writes nothing but the cursor: its commits need not wait
+	// for the WAL flush. A cursor update lost in a crash of PostgreSQL
+	// (the last few hundred milliseconds of them) leaves an older cursor,
+	// whose rows are published again: duplicates, never a skipped row.
+	// enable_sort off: a page is the next rows of the window in event_id
+	// order, which the primary key gives without a sort; with the tx range
+	// estimated small (no statistics yet, or a generic plan) the planner
+	// took the window's rows through the tx index and sorted them all for
+	// every page (20-40 ms a page of 2,000 rows of a 20,000-row window
+	// instead of 2-5 ms). No other statement of this session can do
+	// without a sort it needs. jit off: the relay's statements are short,
+	// and a plan's cost inflated by a disabled sort (or the backlog count's
+	// estimate) had them compiled first, for 0.1 to 2 s each.
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{r.tbl.Channel()}.Sanitize()+`; SET synchronous_commit = off; SET enable_sort = off; SET jit = off`); err != nil {
 		return true, fmt.Errorf("listening on %s: %w", r.tbl.Channel(), err)
 	}
 	r.window = nil
-	failures := 0
+	return true, r.own(ctx, conn, cur)
+}
+
+// own publishes while the session holds the lock, in a pipeline of depth
+// two on the one connection: while the broker has a batch, the next one is
+// read; the cursor is written once the batch is acknowledged, and only then
+// does the next batch go out. So every publish starts right after a
+// statement of the lock-holding session succeeded (the fencing bound of the
+// takeover delay), calls never overlap (per-key order), and the stored
+// cursor never passes a row the broker has not acknowledged.
+func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
+	var (
+		next     *batch // read, not yet published
+		failures int
+	)
 	for {
-		n, err := r.step(ctx, conn)
+		if next == nil {
+			b, err := r.readBatchWithin(ctx, conn, cur)
+			if err != nil {
+				r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
+				return err // the session (and with it the lock) is given up
+			}
+			if !b.moved {
+				r.progress(true, "") // nothing to publish
+				if err := r.idle(ctx, conn); err != nil {
+					return err
+				}
+				continue
+			}
+			next = &b
+		}
+		// Publish next; meanwhile read the batch after it.
+		start := time.Now()
+		done := make(chan error, 1)
+		go func(rows []row) { done <- r.publish(ctx, rows) }(next.rows)
+		after, rerr := r.readBatchWithin(ctx, conn, next.next)
+		perr := <-done
+		end := time.Now()
 		var pe *PublishError
 		switch {
-		case errors.As(err, &pe):
+		case errors.As(perr, &pe):
 			r.cfg.Metrics.Failures.WithLabelValues(pe.Reason).Inc()
+			r.progress(true, pe.Reason)
 			r.log.Error("outbox relay could not publish; keeping its place and retrying", "reason", pe.Reason, "topic", pe.Topic, "err", pe.Err, "attempt", failures+1)
+			next, r.window = nil, nil // read the batch and its window's bounds again with the retry
+			if rerr != nil {
+				r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
+				return rerr
+			}
 			if err := r.sleep(ctx, failures); err != nil {
-				return true, err
+				return err
 			}
 			failures++
 			continue
-		case err != nil:
+		case perr != nil:
+			return perr
+		case rerr != nil:
 			r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
-			return true, err // the session (and with it the lock) is given up
+			return rerr
 		}
 		failures = 0
-		if time.Since(r.lastMetrics) >= r.cfg.MetricsInterval || n == 0 {
-			if err := r.readMetrics(ctx, conn); err != nil {
-				return true, err
+		r.progress(true, "")
+		if len(next.rows) > 0 {
+			r.cfg.Metrics.Published.Add(float64(len(next.rows)))
+			for _, o := range next.rows {
+				if !o.ahead {
+					r.cfg.Metrics.PublishLatency.Observe(end.Sub(o.createdAt).Seconds())
+				}
+			}
+			if r.cfg.OnPublish != nil {
+				r.cfg.OnPublish(start, end, len(next.rows))
 			}
 		}
-		if n > 0 {
-			continue
+		// A batch without rows (a window opened, or an empty one closed)
+		// moves the cursor in memory only: the ids it passes hold no
+		// outbox row, so a stored cursor behind it costs a re-read of
+		// empty windows at most. Written, the cursor's own transaction id
+		// opened the next (empty) window, whose write opened the next.
+		if len(next.rows) > 0 {
+			sctx, cancel := context.WithTimeout(ctx, r.cfg.StallTimeout)
+			err := r.writeCursor(sctx, conn, next.next)
+			cancel()
+			if err != nil {
+				r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
+				return err
+			}
 		}
-		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
-		_, err = conn.WaitForNotification(wctx)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return true, ctx.Err()
-		case err != nil && !errors.Is(err, context.DeadlineExceeded):
-			return true, fmt.Errorf("waiting for a notification: %w", err)
+		cur = next.next
+		next = nil
+		if after.moved {
+			next = &after
+		}
+		if time.Since(r.lastMetrics) >= r.cfg.MetricsInterval {
+			if err := r.readMetrics(ctx, conn); err != nil {
+				return err
+			}
 		}
 	}
 }
 
-// step reads one batch, publishes it, and moves the cursor once the broker
-// acknowledged it. n is the number of rows published, or 1 when only the
-// cursor moved (there may be more to do at once); 0 means nothing to do.
-func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
-	b, err := r.readBatch(ctx, conn)
-	if err != nil {
-		return 0, err
-	}
-	if !b.moved {
-		return 0, nil
-	}
-	if len(b.rows) > 0 {
-		start := time.Now()
-		if err := r.publish(ctx, b.rows); err != nil {
-			r.window = nil // read the window's bounds again with the retry
-			return 0, err
-		}
-		end := time.Now()
-		r.cfg.Metrics.Published.Add(float64(len(b.rows)))
-		for _, o := range b.rows {
-			if !o.ahead {
-				r.cfg.Metrics.PublishLatency.Observe(end.Sub(o.createdAt).Seconds())
-			}
-		}
-		if r.cfg.OnPublish != nil {
-			r.cfg.OnPublish(start, end, len(b.rows))
+// readBatchWithin is readBatch with a deadline of StallTimeout: a database
+// that does not answer (a network black hole) ends the session, and the
+// relay starts over, rather than wait for the kernel to give up on the
+// connection. Every statement of the owner has one.
+func (r *Relay) readBatchWithin(ctx context.Context, conn *pgx.Conn, c cursor) (batch, error) {
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StallTimeout)
+	defer cancel()
+	return r.readBatch(sctx, conn, c)
+}
+
+// idle waits for a notification or the poll interval, reading the metrics
+// first when they are due.
+func (r *Relay) idle(ctx context.Context, conn *pgx.Conn) error {
+	if time.Since(r.lastMetrics) >= r.cfg.MetricsInterval {
+		if err := r.readMetrics(ctx, conn); err != nil {
+			return err
 		}
 	}
-	if err := r.writeCursor(ctx, conn, b.next); err != nil {
-		return 0, err
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
+	_, err := conn.WaitForNotification(wctx)
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil && !errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("waiting for a notification: %w", err)
 	}
-	return max(len(b.rows), 1), nil
+	return nil
 }
 
 // readMetrics reads the backlog and the oldest unpublished row's age: the
@@ -312,6 +454,8 @@ func (r *Relay) step(ctx context.Context, conn *pgx.Conn) (int, error) {
 // already published.
 func (r *Relay) readMetrics(ctx context.Context, conn *pgx.Conn) error {
 	r.lastMetrics = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StallTimeout)
+	defer cancel()
 	var (
 		n   int64
 		age float64
@@ -410,25 +554,29 @@ func (e *CursorAheadError) Error() string {
 		"stop every relay and reset the cursor (outbox.ResetCursor, docs/outbox.md \"Resetting the cursor\")", e.Table, e.Lo, e.Hi, e.NextXact)
 }
 
-// checkCursor refuses a cursor ahead of the database's transaction ids.
-func (r *Relay) checkCursor(ctx context.Context, conn *pgx.Conn) error {
-	var lo, hi, next string
-	err := conn.QueryRow(ctx, `SELECT c.lo::text, c.hi::text, pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text FROM `+r.tbl.cursorIdent()+` c`).
-		Scan(&lo, &hi, &next)
+// checkCursor reads the cursor and refuses one ahead of the database's
+// transaction ids.
+func (r *Relay) checkCursor(ctx context.Context, conn *pgx.Conn) (cursor, error) {
+	var (
+		lo, hi, next string
+		c            cursor
+	)
+	err := conn.QueryRow(ctx, `SELECT c.lo::text, c.hi::text, c.after, pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text FROM `+r.tbl.cursorIdent()+` c`).
+		Scan(&lo, &hi, &c.after, &next)
 	if err != nil {
-		return fmt.Errorf("reading the cursor: %w", err)
+		return c, fmt.Errorf("reading the cursor: %w", err)
 	}
-	var l, h, n uint64
-	if l, err = parseXid(lo); err == nil {
-		if h, err = parseXid(hi); err == nil {
+	var n uint64
+	if c.lo, err = parseXid(lo); err == nil {
+		if c.hi, err = parseXid(hi); err == nil {
 			n, err = parseXid(next)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("reading the cursor: %w", err)
+		return c, fmt.Errorf("reading the cursor: %w", err)
 	}
-	if l > n || h > n {
-		return &CursorAheadError{Table: r.tbl.String(), Lo: l, Hi: h, NextXact: n}
+	if c.lo > n || c.hi > n {
+		return c, &CursorAheadError{Table: r.tbl.String(), Lo: c.lo, Hi: c.hi, NextXact: n}
 	}
-	return nil
+	return c, nil
 }

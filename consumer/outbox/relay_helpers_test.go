@@ -28,6 +28,7 @@ type relayEnv struct {
 }
 
 type runningRelay struct {
+	relay   *outbox.Relay
 	metrics *outbox.Metrics
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -65,7 +66,7 @@ func (e *relayEnv) start(t *testing.T, modify func(*outbox.Config)) *runningRela
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rr := &runningRelay{metrics: m, cancel: cancel, done: make(chan struct{})}
+	rr := &runningRelay{relay: r, metrics: m, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(rr.done)
 		if err := r.Run(ctx); err != nil {

@@ -286,3 +286,29 @@ func TestRelay_WakesOnNotify(t *testing.T) {
 		}
 	}
 }
+
+// TestRelay_CountsTheBacklogOnlyEveryMetricsInterval (review finding L3):
+// the backlog count reads every row at or above the cursor; an idle relay
+// (here held by an open transaction's horizon, with a committed row behind
+// it) must not run it on every poll, only every MetricsInterval.
+func TestRelay_CountsTheBacklogOnlyEveryMetricsInterval(t *testing.T) {
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	e.kafka.MustCreateTopic(t, "orders", 1)
+	gate, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = gate.Rollback(ctx) }()
+	if _, err := outbox.Emit(ctx, gate, e.tbl, outbox.Message{Topic: "orders", Key: []byte("g"), Payload: []byte("gate")}); err != nil {
+		t.Fatal(err)
+	}
+	e.emit(t, "orders", "k", []byte("behind the gate"))
+	r := e.start(t, func(c *outbox.Config) { c.MetricsInterval = time.Hour; c.PollInterval = 20 * time.Millisecond })
+	waitFor(t, 20*time.Second, "the backlog counted", func() bool { return testutil.ToFloat64(r.metrics.Backlog) == 1 })
+	age := testutil.ToFloat64(r.metrics.OldestAge)
+	time.Sleep(time.Second) // some 50 polls
+	if got := testutil.ToFloat64(r.metrics.OldestAge); got != age {
+		t.Fatalf("the oldest unpublished age went from %v to %v within a second: the backlog was counted again, not once per MetricsInterval (1h)", age, got)
+	}
+}

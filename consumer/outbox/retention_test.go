@@ -120,3 +120,78 @@ func TestMaintain_RefusesATableOfTheOtherKind(t *testing.T) {
 		t.Errorf("outbox Ensure on a dedup table: %v, want a *dedup.LayoutError", err)
 	}
 }
+
+// TestRetention_KeepsAPartitionWithARowStillBeingCommitted (review finding
+// L2): a transaction that inserted into an expired partition is still open
+// when maintenance looks. The guard sees no committed unpublished row, but
+// DETACH ... CONCURRENTLY waits for that transaction, whose row then
+// commits into the partition being dropped: it must be kept (and the row
+// published), not dropped with it.
+func TestRetention_KeepsAPartitionWithARowStillBeingCommitted(t *testing.T) {
+	ctx := testCtx(t)
+	pool, tbl := newOutbox(t)
+	now := time.Now().UTC()
+	day := dedup.Daily.Floor(now.Add(-10 * 24 * time.Hour))
+	if _, err := outbox.Maintain(ctx, pool, tbl, day, 2, 48*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// The oldest partition: the first maintenance detaches (a later one's
+	// guard runs after an earlier DETACH CONCURRENTLY waited for every
+	// older transaction).
+	var name string
+	if err := pool.QueryRow(ctx, `SELECT min(inhrelid::regclass::text) FROM pg_inherits WHERE inhparent = 'public.outbox'::regclass`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	first, err := time.Parse("20060102", name[len("outbox_p"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cursor at the horizon: everything committed so far is published.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.ResetCursor(ctx, conn.Conn(), tbl, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn.Release()
+	open, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Rollback(ctx) }()
+	if _, err := open.Exec(ctx, `INSERT INTO outbox (event_id, topic, key, payload) VALUES ($1, 'orders', 'k', 'late')`, v7At(first.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		res, err := outbox.Maintain(ctx, pool, tbl, now, 2, 48*time.Hour)
+		t.Logf("maintain: dropped %v, finalized %v", res.Dropped, res.Finalized)
+		done <- err
+	}()
+	// Maintenance comes to the partition and waits for the transaction
+	// (DETACH ... CONCURRENTLY, or the guard itself).
+	var waiting string
+	for deadline := time.Now().Add(20 * time.Second); waiting == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err := pool.QueryRow(ctx, `SELECT coalesce(string_agg(query, '; '), '') FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("maintenance waits in: %s", waiting)
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	t.Logf("maintain: %v", err)
+	var ok bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('public.' || $1) IS NOT NULL`, name).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Fatalf("%s was dropped with a committed row the relay never published", name)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE payload = 'late'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the late row through the outbox: %d, %v; want 1 (the partition attached)", n, err)
+	}
+}

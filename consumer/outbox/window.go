@@ -72,97 +72,97 @@ type batch struct {
 
 func parseXid(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
 
-// readBatch reads the next batch on conn in one REPEATABLE READ, read-only
-// transaction, so the cursor, the horizon, the window's page and the rows
-// read ahead all come from one snapshot. bounds caches the open window's
-// smallest and largest event_id (read once per window).
-func (r *Relay) readBatch(ctx context.Context, conn *pgx.Conn) (batch, error) {
-	var b batch
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return b, fmt.Errorf("beginning the read: %w", err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	var (
-		lo, hi, xmin string
-		c            cursor
-	)
-	err = tx.QueryRow(ctx, `SELECT c.lo::text, c.hi::text, c.after, pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text FROM `+r.tbl.cursorIdent()+` c`).
-		Scan(&lo, &hi, &c.after, &xmin)
-	if err != nil {
-		return b, fmt.Errorf("reading the cursor: %w", err)
-	}
-	var h uint64
-	if c.lo, err = parseXid(lo); err == nil {
-		if c.hi, err = parseXid(hi); err == nil {
-			h, err = parseXid(xmin)
-		}
-	}
-	if err != nil {
-		return b, fmt.Errorf("reading the cursor: %w", err)
-	}
-	b.next = c
+// readBatch reads the batch after the cursor c on conn. Each statement
+// reads from one snapshot: opening a window reads the horizon and the
+// window's bounds together; a page and the rows read ahead of it are one
+// statement. The page's rows are a fixed set (every transaction below hi
+// had ended when the window opened, so any later snapshot sees them all),
+// and a row read ahead of its window committed before the page's row of its
+// key was inserted (the emit function's key lock), so one snapshot that sees
+// the page sees them too. r.window caches the open window's smallest and
+// largest event_id (read once per window). The relay owns the cursor while
+// it holds the lock, so c is its own copy, not read from the table.
+func (r *Relay) readBatch(ctx context.Context, conn *pgx.Conn, c cursor) (batch, error) {
+	b := batch{next: c}
 	if c.lo == c.hi { // closed: open the next window, if the horizon moved
+		h, lo, hi, err := r.readBounds(ctx, conn, c.hi, nil)
+		if err != nil {
+			return b, err
+		}
 		if h <= c.hi {
 			return b, nil
 		}
 		c.hi, c.after = h, nil
 		b.next, b.moved = c, true
-		r.window = nil
+		r.setWindow(c, lo, hi)
 	}
 	if r.window == nil || r.window.lo != c.lo || r.window.hi != c.hi {
-		var lo, hi *uuid.UUID
-		// PostgreSQL 15 has no min(uuid): the two ends by ORDER BY (a
-		// top-1 sort of the window's rows, found through the tx index).
-		// The window's rows are materialized first: as "ORDER BY event_id
-		// LIMIT 1" over the table, the planner (a generic plan of the
-		// prepared statement, or a custom one without statistics on tx)
-		// walked the primary key from the oldest row and filtered on tx,
-		// reading every row still in the table on every window.
-		err := tx.QueryRow(ctx, `WITH w AS MATERIALIZED (SELECT o.event_id FROM `+r.tbl.ident()+` o WHERE o.tx >= $1::text::pg_catalog.xid8 AND o.tx < $2::text::pg_catalog.xid8)
-SELECT (SELECT w.event_id FROM w ORDER BY w.event_id LIMIT 1), (SELECT w.event_id FROM w ORDER BY w.event_id DESC LIMIT 1)`,
-			strconv.FormatUint(c.lo, 10), strconv.FormatUint(c.hi, 10)).Scan(&lo, &hi)
+		_, lo, hi, err := r.readBounds(ctx, conn, c.lo, &c.hi)
 		if err != nil {
-			return b, fmt.Errorf("reading the window %s: %w", c, err)
+			return b, err
 		}
-		r.window = &windowBounds{lo: c.lo, hi: c.hi, empty: lo == nil}
-		if lo != nil {
-			r.window.min, r.window.max = *lo, *hi
-		}
+		r.setWindow(c, lo, hi)
 	}
 	if r.window.empty {
 		c.lo, c.after = c.hi, nil
 		b.next, b.moved = c, true
 		return b, nil
 	}
-	rows, err := tx.Query(ctx, `
+	// The lower bound is one index condition: "after IS NULL OR event_id >
+	// after" was a filter in the generic plan, and each page walked the
+	// window from its first row (quadratic in the window's pages).
+	after := uuid.Nil // below every UUID v7
+	if c.after != nil {
+		after = *c.after
+	}
+	rows, err := conn.Query(ctx, `
+WITH p AS (
 SELECT o.event_id, o.topic, o.key, o.payload, o.headers, o.created_at
   FROM `+r.tbl.ident()+` o
- WHERE o.event_id >= $1 AND o.event_id <= $2 AND ($3::uuid IS NULL OR o.event_id > $3::uuid)
+ WHERE o.event_id >= $1 AND o.event_id <= $2 AND o.event_id > $3
    AND o.tx >= $4::text::pg_catalog.xid8 AND o.tx < $5::text::pg_catalog.xid8
  ORDER BY o.event_id
- LIMIT $6`, r.window.min, r.window.max, c.after, strconv.FormatUint(c.lo, 10), strconv.FormatUint(c.hi, 10), r.cfg.BatchSize)
+ LIMIT $6)
+SELECT false, p.event_id, p.topic, p.key, p.payload, p.headers, p.created_at FROM p
+UNION ALL
+SELECT true, o.event_id, o.topic, o.key, o.payload, o.headers, o.created_at
+  FROM `+r.tbl.ident()+` o
+ WHERE o.tx >= $5::text::pg_catalog.xid8
+   AND EXISTS (SELECT FROM p WHERE p.topic = o.topic AND p.key = o.key AND p.event_id > o.event_id)`,
+		r.window.min, r.window.max, after, strconv.FormatUint(c.lo, 10), strconv.FormatUint(c.hi, 10), r.cfg.BatchSize)
 	if err != nil {
 		return b, fmt.Errorf("reading the window %s: %w", c, err)
 	}
-	page, err := pgx.CollectRows(rows, scanRow)
+	all, err := pgx.CollectRows(rows, scanRow)
 	if err != nil {
 		return b, fmt.Errorf("reading the window %s: %w", c, err)
+	}
+	var page, ahead []row
+	for _, o := range all {
+		if o.ahead {
+			ahead = append(ahead, o)
+		} else {
+			page = append(page, o)
+		}
 	}
 	if len(page) == 0 { // nothing after the position: the window is done
 		c.lo, c.after = c.hi, nil
 		b.next, b.moved = c, true
-		return b, tx.Commit(ctx)
+		return b, nil
 	}
 	// Bound the bytes of one publish (docs/design.md: one record batch per
 	// partition), keeping at least one row.
 	size := 0
+	cut := false
 	for i, p := range page {
 		size += p.size()
 		if i > 0 && size > r.cfg.BatchBytes {
-			page = page[:i]
+			page, cut = page[:i], true
 			break
 		}
+	}
+	if cut && len(ahead) > 0 {
+		ahead = keepAhead(page, ahead)
 	}
 	last := page[len(page)-1].id
 	if last == r.window.max {
@@ -171,21 +171,52 @@ SELECT o.event_id, o.topic, o.key, o.payload, o.headers, o.created_at
 		c.after = &last
 	}
 	b.next, b.moved = c, true
-	ahead, err := r.readAhead(ctx, tx, page, c.hi)
-	if err != nil {
-		return b, err
-	}
 	b.rows = append(page, ahead...)
 	slices.SortFunc(b.rows, func(x, y row) int { return compareUUID(x.id, y.id) })
-	return b, tx.Commit(ctx)
+	return b, nil
 }
 
-// readAhead reads, for each key in page, the committed rows of that key
-// with a transaction id at or above hi (not yet in any window) and an
-// event_id below the key's largest in page: they committed before that row
-// (the emit function's key lock) and are published first. They are
-// published again in their own window, as duplicates with the same eventId.
-func (r *Relay) readAhead(ctx context.Context, tx pgx.Tx, page []row, hi uint64) ([]row, error) {
+// readBounds reads the smallest and largest event_id of the window [lo, hi)
+// (nil: empty); with hi nil, hi is the horizon of the statement's snapshot,
+// returned as h (a window being opened).
+func (r *Relay) readBounds(ctx context.Context, conn *pgx.Conn, lo uint64, hi *uint64) (h uint64, min, max *uuid.UUID, err error) {
+	var hs *string
+	if hi != nil {
+		s := strconv.FormatUint(*hi, 10)
+		hs = &s
+	}
+	// PostgreSQL 15 has no min(uuid): the two ends by ORDER BY (a top-1
+	// sort of the window's rows, found through the tx index). The window's
+	// rows are materialized first: as "ORDER BY event_id LIMIT 1" over the
+	// table, the planner (a generic plan of the prepared statement, or a
+	// custom one without statistics on tx) walked the primary key from the
+	// oldest row and filtered on tx, reading every row still in the table
+	// on every window.
+	var s string
+	err = conn.QueryRow(ctx, `WITH x AS MATERIALIZED (SELECT coalesce($2::text::pg_catalog.xid8, pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())) AS h),
+w AS MATERIALIZED (SELECT o.event_id FROM `+r.tbl.ident()+` o WHERE o.tx >= $1::text::pg_catalog.xid8 AND o.tx < (SELECT x.h FROM x))
+SELECT (SELECT x.h::text FROM x), (SELECT w.event_id FROM w ORDER BY w.event_id LIMIT 1), (SELECT w.event_id FROM w ORDER BY w.event_id DESC LIMIT 1)`,
+		strconv.FormatUint(lo, 10), hs).Scan(&s, &min, &max)
+	if err == nil {
+		h, err = parseXid(s)
+	}
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("reading the window from %d: %w", lo, err)
+	}
+	return h, min, max, nil
+}
+
+func (r *Relay) setWindow(c cursor, lo, hi *uuid.UUID) {
+	r.window = &windowBounds{lo: c.lo, hi: c.hi, empty: lo == nil}
+	if lo != nil {
+		r.window.min, r.window.max = *lo, *hi
+	}
+}
+
+// keepAhead keeps the rows read ahead of their window for the keys of page
+// (cut by bytes after it was read): those below the key's largest event_id
+// in page. A row ahead of a row cut off waits for the page that has it.
+func keepAhead(page, ahead []row) []row {
 	type tk struct{ topic, key string }
 	maxOf := map[tk]uuid.UUID{}
 	for _, p := range page {
@@ -197,35 +228,18 @@ func (r *Relay) readAhead(ctx context.Context, tx pgx.Tx, page []row, hi uint64)
 			maxOf[k] = p.id
 		}
 	}
-	if len(maxOf) == 0 {
-		return nil, nil
+	out := ahead[:0:0]
+	for _, a := range ahead {
+		if m, ok := maxOf[tk{a.topic, string(a.key)}]; ok && compareUUID(a.id, m) < 0 {
+			out = append(out, a)
+		}
 	}
-	topics, keys, maxes := make([]string, 0, len(maxOf)), make([][]byte, 0, len(maxOf)), make([]uuid.UUID, 0, len(maxOf))
-	for k, m := range maxOf {
-		topics, keys, maxes = append(topics, k.topic), append(keys, []byte(k.key)), append(maxes, m)
-	}
-	rows, err := tx.Query(ctx, `
-SELECT o.event_id, o.topic, o.key, o.payload, o.headers, o.created_at
-  FROM `+r.tbl.ident()+` o
-  JOIN ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::bytea[]), pg_catalog.unnest($3::uuid[])) AS k(topic, key, max_id)
-    ON o.topic = k.topic AND o.key = k.key AND o.event_id < k.max_id
- WHERE o.tx >= $4::text::pg_catalog.xid8`, topics, keys, maxes, strconv.FormatUint(hi, 10))
-	if err != nil {
-		return nil, fmt.Errorf("reading rows ahead of their window: %w", err)
-	}
-	ahead, err := pgx.CollectRows(rows, scanRow)
-	if err != nil {
-		return nil, fmt.Errorf("reading rows ahead of their window: %w", err)
-	}
-	for i := range ahead {
-		ahead[i].ahead = true
-	}
-	return ahead, nil
+	return out
 }
 
 func scanRow(rows pgx.CollectableRow) (row, error) {
 	var o row
-	err := rows.Scan(&o.id, &o.topic, &o.key, &o.payload, &o.headers, &o.createdAt)
+	err := rows.Scan(&o.ahead, &o.id, &o.topic, &o.key, &o.payload, &o.headers, &o.createdAt)
 	return o, err
 }
 
