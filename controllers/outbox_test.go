@@ -458,3 +458,102 @@ func TestOutboxValidation(t *testing.T) {
 		}
 	})
 }
+
+// TestOutboxRolesAndDatabaseProblems: the relay's own role
+// (spec.database.relayURLSecretRef) gets SELECT on the outbox and SELECT,
+// UPDATE on its cursor, and its Secret (never the owner's) reaches the
+// relay pods; an emitter role gets INSERT and EXECUTE on the emit function,
+// no SELECT; a missing Secret, a missing emitter role and a table another
+// object owns each say so in DatabaseReady and Ready.
+func TestOutboxRolesAndDatabaseProblems(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envtest and PostgreSQL: skipped with -short")
+	}
+	te := startEnv(t, envOptions{realClock: true})
+	ctx := context.Background()
+	ns := te.namespace(t)
+	dbURL := consumertest.DatabaseURL(t)
+	owner := consumertest.NewRole(t, dbURL, "operator")
+	relay := consumertest.NewRole(t, dbURL, "relay")
+	emitter := consumertest.NewRole(t, dbURL, "emitter")
+	admin := pgConn(t, dbURL)
+	// CREATE on the database too: outbox.Ensure runs CREATE SCHEMA IF NOT
+	// EXISTS even when the schema exists, and PostgreSQL checks that right
+	// first (dedup's EnsureTable looks for the schema before; without this
+	// grant the Outbox reports DatabaseReady=False/PermissionDenied
+	// "permission denied for database"). Remove it once outbox.Ensure does
+	// the same.
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA shop AUTHORIZATION "+pgx.Identifier{owner.Name}.Sanitize()+
+		"; GRANT CREATE ON DATABASE "+pgx.Identifier{admin.Config().Database}.Sanitize()+" TO "+pgx.Identifier{owner.Name}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	te.secret(t, ns, "db", map[string]string{"url": owner.URL})
+	te.secret(t, ns, "db-relay", map[string]string{"url": relay.URL})
+	may := func(role, object, priv string) bool {
+		t.Helper()
+		var ok bool
+		q := `SELECT has_table_privilege($1, $2, $3)`
+		if strings.HasSuffix(object, ")") {
+			q = `SELECT has_function_privilege($1, $2, $3)`
+		}
+		if err := admin.QueryRow(ctx, q, role, object, priv).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+
+	ob := newOutbox(ns, "roles", []string{"kafka-0.kafka:9092"}, "orders")
+	ob.Spec.Database.Schema = "shop"
+	ob.Spec.Database.RelayURLSecretRef = &kafkav1alpha1.SecretKeyRef{Name: "db-relay", Key: "url"}
+	ob.Spec.Database.EmitterRoles = []string{emitter.Name}
+	te.create(t, ob)
+	o := te.waitOutbox(t, ns, "roles", kafkav1alpha1.ConditionReady, metav1.ConditionTrue, kafkav1alpha1.ReasonReady)
+	if o.Status.RelayRole != relay.Name {
+		t.Errorf("status.relayRole %q, want %q", o.Status.RelayRole, relay.Name)
+	}
+	tbl, cur, fn := "shop.roles_outbox", "shop.roles_outbox_relay", "shop.roles_outbox_emit(text, bytea, bytea, jsonb, text)"
+	for _, c := range []struct {
+		role, object, priv string
+		want               bool
+	}{
+		{relay.Name, tbl, "SELECT", true}, {relay.Name, cur, "UPDATE", true}, {relay.Name, tbl, "INSERT", false}, {relay.Name, tbl, "DELETE", false},
+		{emitter.Name, fn, "EXECUTE", true}, {emitter.Name, tbl, "SELECT", false}, {emitter.Name, cur, "SELECT", false}, {emitter.Name, tbl, "DELETE", false},
+	} {
+		if got := may(c.role, c.object, c.priv); got != c.want {
+			t.Errorf("%s %s on %s: %v, want %v", c.role, c.priv, c.object, got, c.want)
+		}
+	}
+	dep := &appsv1.Deployment{}
+	if err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "roles-outbox-relay"}, dep); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == envvars.DatabaseURL && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "db-relay") {
+			t.Errorf("%s = %+v, want the relay's Secret db-relay", envvars.DatabaseURL, e)
+		}
+	}
+
+	t.Run("SecretMissing", func(t *testing.T) {
+		bad := newOutbox(ns, "nosecret", []string{"kafka-0.kafka:9092"}, "orders")
+		bad.Spec.Database.URLSecretRef.Name = "absent"
+		te.create(t, bad)
+		te.waitOutbox(t, ns, "nosecret", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, kafkav1alpha1.ReasonSecretNotFound, `"absent"`)
+		te.waitOutbox(t, ns, "nosecret", kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonSecretNotFound)
+	})
+	t.Run("EmitterRoleMissing", func(t *testing.T) {
+		bad := newOutbox(ns, "norole", []string{"kafka-0.kafka:9092"}, "orders")
+		bad.Spec.Database.Schema = "shop"
+		bad.Spec.Database.EmitterRoles = []string{"no_such_role_" + randSuffix()}
+		te.secret(t, ns, "db-norole", map[string]string{"url": owner.URL})
+		bad.Spec.Database.URLSecretRef.Name = "db-norole"
+		te.create(t, bad)
+		te.waitOutbox(t, ns, "norole", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, kafkav1alpha1.ReasonGrantFailed, bad.Spec.Database.EmitterRoles[0])
+	})
+	t.Run("TableOfAnotherObject", func(t *testing.T) {
+		bad := newOutbox(ns, "thief", []string{"kafka-0.kafka:9092"}, "orders")
+		bad.Spec.Database.Schema = "shop"
+		bad.Spec.Database.Table = "roles_outbox"
+		te.create(t, bad)
+		te.waitOutbox(t, ns, "thief", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, kafkav1alpha1.ReasonTableClaimed, "shop.roles_outbox", string(o.UID))
+	})
+}
