@@ -46,6 +46,7 @@ var scope = map[string]bool{
 	"PrometheusRule":                   true,
 	"IdempotentConsumer":               true,
 	"DeadLetterReplay":                 true,
+	"Outbox":                           true,
 	"NetworkPolicy":                    true,
 }
 

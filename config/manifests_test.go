@@ -249,6 +249,9 @@ func TestDefaultOverlay(t *testing.T) {
 		"kafka.idempotency.dev/idempotentconsumers/finalizers": {"update"},
 		"kafka.idempotency.dev/deadletterreplays":              {"get", "list", "watch"},
 		"kafka.idempotency.dev/deadletterreplays/status":       {"get", "patch", "update"},
+		"kafka.idempotency.dev/outboxes":                       {"get", "list", "watch"},
+		"kafka.idempotency.dev/outboxes/status":                {"get", "patch", "update"},
+		"kafka.idempotency.dev/outboxes/finalizers":            {"update"}, // owner references with blockOwnerDeletion on the relay Deployment
 		"keda.sh/scaledobjects":                                {"create", "delete", "get", "patch"},
 		"keda.sh/triggerauthentications":                       {"create", "delete", "get", "patch"},
 		// docs/platforms.md: read by name, never listed or watched.
@@ -304,6 +307,13 @@ func TestSamples(t *testing.T) {
 	for _, o := range objs {
 		if o.GetKind() == "DeadLetterReplay" {
 			replays = append(replays, typed(t, o, &kafkav1alpha1.DeadLetterReplay{}))
+			continue
+		}
+		if o.GetKind() == "Outbox" {
+			ob := typed(t, o, &kafkav1alpha1.Outbox{})
+			if len(ob.Spec.Kafka.Topics) == 0 {
+				t.Errorf("Outbox sample %s names no topic", ob.Name)
+			}
 			continue
 		}
 		ic := typed(t, o, &kafkav1alpha1.IdempotentConsumer{})

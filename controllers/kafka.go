@@ -196,8 +196,14 @@ func formatRetention(d time.Duration) string {
 // its TLS and SASL settings name. values maps a Secret reference to its value.
 func kafkaConnection(obj *kafkav1alpha1.IdempotentConsumer, value func(kafkav1alpha1.SecretKeyRef) string) (KafkaConnection, error) {
 	k := obj.Spec.Kafka
-	conn := KafkaConnection{Brokers: append([]string(nil), k.BootstrapServers...)}
-	if t := k.TLS; t != nil {
+	return kafkaClientConnection(k.BootstrapServers, k.TLS, k.SASL, value)
+}
+
+// kafkaClientConnection builds a connection to brokers with the TLS and
+// SASL settings of a spec (an IdempotentConsumer's or an Outbox's).
+func kafkaClientConnection(brokers []string, kt *kafkav1alpha1.KafkaTLS, ks *kafkav1alpha1.KafkaSASL, value func(kafkav1alpha1.SecretKeyRef) string) (KafkaConnection, error) {
+	conn := KafkaConnection{Brokers: append([]string(nil), brokers...)}
+	if t := kt; t != nil {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // the user's explicit choice, for development
 		if t.CASecretRef != nil {
 			pool := x509.NewCertPool()
@@ -217,7 +223,7 @@ func kafkaConnection(obj *kafkav1alpha1.IdempotentConsumer, value func(kafkav1al
 		}
 		conn.TLS = cfg
 	}
-	if s := k.SASL; s != nil {
+	if s := ks; s != nil {
 		user, pass := value(s.UsernameSecretRef), value(s.PasswordSecretRef)
 		switch s.Mechanism {
 		case kafkav1alpha1.SASLPlain:

@@ -52,8 +52,13 @@ type secretValue struct {
 // every Secret of the cluster in memory. A missing Secret or key is a
 // problem for status; any other API failure is returned.
 func (r *IdempotentConsumerReconciler) readSecretKey(ctx context.Context, namespace string, ref kafkav1alpha1.SecretKeyRef) (secretValue, *problem, error) {
+	return readSecretKey(ctx, r.APIReader, namespace, ref)
+}
+
+// readSecretKey is the method's body, for every controller.
+func readSecretKey(ctx context.Context, reader client.Reader, namespace string, ref kafkav1alpha1.SecretKeyRef) (secretValue, *problem, error) {
 	var secret corev1.Secret
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, &secret); err != nil {
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, &secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			return secretValue{}, &problem{kafkav1alpha1.ReasonSecretNotFound,
 				fmt.Sprintf("Secret %q not found in namespace %q", ref.Name, namespace)}, nil

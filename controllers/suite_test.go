@@ -264,7 +264,16 @@ func (te *testEnv) startManager(t *testing.T, restCfg *rest.Config, eo envOption
 		Clock:         te.r.Clock,
 		ConsumerImage: te.r.Options.ConsumerImage,
 	}).SetupWithManager(mgr); err != nil {
-		t.Fatal(err) // as cmd/manager does: both controllers in one manager
+		t.Fatal(err) // as cmd/manager does: every controller in one manager
+	} else if err := (&OutboxReconciler{
+		Pools:         te.stores,
+		Recorder:      mgr.GetEventRecorder("idempotency-operator"),
+		Clock:         te.r.Clock,
+		Topics:        topics,
+		Options:       opts,
+		StatsInterval: time.Second,
+	}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
 	}
 	te.cached = mgr.GetClient()
 	fakeClient := mgr.GetClient()

@@ -39,7 +39,8 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &IdempotentConsumer{}, &IdempotentConsumerList{}, &DeadLetterReplay{}, &DeadLetterReplayList{})
+	s.AddKnownTypes(GroupVersion, &IdempotentConsumer{}, &IdempotentConsumerList{}, &DeadLetterReplay{}, &DeadLetterReplayList{},
+		&Outbox{}, &OutboxList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -112,6 +112,14 @@ func main() {
 		setupLog.Error(err, "Setting up the DeadLetterReplay controller")
 		os.Exit(1)
 	}
+	if err := (&controllers.OutboxReconciler{
+		Pools:    stores,
+		Recorder: mgr.GetEventRecorder("idempotency-operator"),
+		Options:  cfg.opts,
+	}).SetupWithManager(mgr); err != nil {
+		setupLog.Error(err, "Setting up the Outbox controller")
+		os.Exit(1)
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		setupLog.Error(err, "Adding the health check")
 		os.Exit(1)

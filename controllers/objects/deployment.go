@@ -371,49 +371,10 @@ func consumerEnv(obj *kafkav1alpha1.IdempotentConsumer) ([]corev1.EnvVar, []core
 		env = append(env, val(envvars.Sink, "none"))
 	}
 
-	var volumes []corev1.Volume
-	var mounts []corev1.VolumeMount
-	if ref := obj.Spec.Database.CASecretRef; ref != nil {
-		// pgx reads these as sslrootcert and sslmode unless the URL sets
-		// them; the operator refuses a URL that sets either against a CA
-		// (see parsePoolConfig in controllers/dbtls.go), so the consumer verifies as the operator does.
-		volumes = append(volumes, corev1.Volume{Name: PGCAVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName:  ref.Name,
-			Items:       []corev1.KeyToPath{{Key: ref.Key, Path: pgCAFile}},
-			DefaultMode: ptr.To(int32(0o440)),
-		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: PGCAVolume, MountPath: pgCAMountDir, ReadOnly: true})
-		env = append(env, val(EnvPGSSLRootCert, path.Join(pgCAMountDir, pgCAFile)), val(EnvPGSSLMode, "verify-full"))
-	}
-	if t := k.TLS; t != nil {
-		env = append(env, val(envvars.TLSEnabled, "true"))
-		if t.InsecureSkipVerify {
-			env = append(env, val(envvars.TLSInsecureSkipVerify, "true"))
-		}
-		file := func(envName, volName, fileName string, ref *kafkav1alpha1.SecretKeyRef) {
-			if ref == nil {
-				return
-			}
-			dir := path.Join(tlsMountDir, volName)
-			volumes = append(volumes, corev1.Volume{Name: volName, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName:  ref.Name,
-				Items:       []corev1.KeyToPath{{Key: ref.Key, Path: fileName}},
-				DefaultMode: ptr.To(int32(0o440)),
-			}}})
-			mounts = append(mounts, corev1.VolumeMount{Name: volName, MountPath: dir, ReadOnly: true})
-			env = append(env, val(envName, path.Join(dir, fileName)))
-		}
-		file(envvars.TLSCAFile, "kafka-tls-ca", "ca.crt", t.CASecretRef)
-		file(envvars.TLSCertFile, "kafka-tls-cert", "tls.crt", t.ClientCertSecretRef)
-		file(envvars.TLSKeyFile, "kafka-tls-key", "tls.key", t.ClientKeySecretRef)
-	}
-	if s := k.SASL; s != nil {
-		env = append(env,
-			val(envvars.SASLMechanism, string(s.Mechanism)),
-			fromSecret(envvars.SASLUsername, s.UsernameSecretRef),
-			fromSecret(envvars.SASLPassword, s.PasswordSecretRef),
-		)
-	}
+	dbEnv, volumes, mounts := databaseCAEnv(obj.Spec.Database.CASecretRef)
+	env = append(env, dbEnv...)
+	kEnv, kVolumes, kMounts := kafkaClientEnv(k.TLS, k.SASL)
+	env, volumes, mounts = append(env, kEnv...), append(volumes, kVolumes...), append(mounts, kMounts...)
 
 	// Stored objects (from before the API refused ReservedEnv in
 	// spec.consumer.env) keep what they had: only the variables this object
@@ -457,3 +418,71 @@ const (
 	PGCAVolume   = "postgres-ca"
 	pgCAFile     = "ca.crt"
 )
+
+// databaseCAEnv mounts the PostgreSQL CA of ref, if any, and points
+// PGSSLROOTCERT at it with PGSSLMODE verify-full.
+func databaseCAEnv(ref *kafkav1alpha1.SecretKeyRef) ([]corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount) {
+	if ref == nil {
+		return nil, nil, nil
+	}
+	// pgx reads these as sslrootcert and sslmode unless the URL sets
+	// them; the operator refuses a URL that sets either against a CA
+	// (see parsePoolConfig in controllers/dbtls.go), so the consumer verifies as the operator does.
+	volumes := []corev1.Volume{{Name: PGCAVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName:  ref.Name,
+		Items:       []corev1.KeyToPath{{Key: ref.Key, Path: pgCAFile}},
+		DefaultMode: ptr.To(int32(0o440)),
+	}}}}
+	mounts := []corev1.VolumeMount{{Name: PGCAVolume, MountPath: pgCAMountDir, ReadOnly: true}}
+	env := []corev1.EnvVar{{Name: EnvPGSSLRootCert, Value: path.Join(pgCAMountDir, pgCAFile)}, {Name: EnvPGSSLMode, Value: "verify-full"}}
+	return env, volumes, mounts
+}
+
+// secretEnv is a variable read from a Secret key.
+func secretEnv(name string, ref kafkav1alpha1.SecretKeyRef) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name},
+		Key:                  ref.Key,
+	}}}
+}
+
+// kafkaClientEnv is the Kafka TLS and SASL configuration (CONSUMER_TLS_*,
+// CONSUMER_SASL_*): certificates mounted as files, credentials as Secret
+// references. The consumer and the outbox relay read the same variables.
+func kafkaClientEnv(t *kafkav1alpha1.KafkaTLS, s *kafkav1alpha1.KafkaSASL) ([]corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount) {
+	val := func(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
+	var env []corev1.EnvVar
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	if t != nil {
+		env = append(env, val(envvars.TLSEnabled, "true"))
+		if t.InsecureSkipVerify {
+			env = append(env, val(envvars.TLSInsecureSkipVerify, "true"))
+		}
+		file := func(envName, volName, fileName string, ref *kafkav1alpha1.SecretKeyRef) {
+			if ref == nil {
+				return
+			}
+			dir := path.Join(tlsMountDir, volName)
+			volumes = append(volumes, corev1.Volume{Name: volName, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName:  ref.Name,
+				Items:       []corev1.KeyToPath{{Key: ref.Key, Path: fileName}},
+				DefaultMode: ptr.To(int32(0o440)),
+			}}})
+			mounts = append(mounts, corev1.VolumeMount{Name: volName, MountPath: dir, ReadOnly: true})
+			env = append(env, val(envName, path.Join(dir, fileName)))
+		}
+		file(envvars.TLSCAFile, "kafka-tls-ca", "ca.crt", t.CASecretRef)
+		file(envvars.TLSCertFile, "kafka-tls-cert", "tls.crt", t.ClientCertSecretRef)
+		file(envvars.TLSKeyFile, "kafka-tls-key", "tls.key", t.ClientKeySecretRef)
+	}
+	if s != nil {
+		env = append(env,
+			val(envvars.SASLMechanism, string(s.Mechanism)),
+			secretEnv(envvars.SASLUsername, s.UsernameSecretRef),
+			secretEnv(envvars.SASLPassword, s.PasswordSecretRef),
+		)
+	}
+
+	return env, volumes, mounts
+}
