@@ -51,6 +51,7 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer"
+	"github.com/idempotency-dev/operator/consumer/outbox"
 	"github.com/idempotency-dev/operator/controllers"
 	"github.com/idempotency-dev/operator/controllers/objects"
 )
@@ -58,8 +59,9 @@ import (
 const runbookBase = "https://github.com/idempotency-dev/operator/blob/main/docs/runbooks.md#"
 
 // Labels a series gets from the scrape rather than from the code: the
-// Prometheus Operator's target labels, and `name`, which the PodMonitor here
-// copies from the consumer pods' app.kubernetes.io/instance label.
+// Prometheus Operator's target labels, and `name`, which the PodMonitors here
+// copy from the consumer and outbox relay pods' app.kubernetes.io/instance
+// label.
 var scrapeLabels = []string{"namespace", "pod", "container", "endpoint", "job", "instance", "service", "name"}
 
 // kind of a registered metric; "" when the registry cannot tell (a vector
@@ -289,7 +291,35 @@ func operatorDeclared(t *testing.T) map[string]metricInfo {
 }
 
 func registered(t *testing.T) known {
-	return known{consumer: consumerMetrics(t), operator: operatorMetrics(t)}
+	k := known{consumer: consumerMetrics(t), operator: operatorMetrics(t)}
+	for name, info := range outboxMetrics(t) {
+		k.consumer[name] = info
+	}
+	return k
+}
+
+// outboxMetrics describes the metrics of the outbox relay (`consumer
+// outbox-relay`), which share the consumer's prefix and are scraped from the
+// relay pods by the PodMonitor outbox-relays.
+func outboxMetrics(t *testing.T) map[string]metricInfo {
+	t.Helper()
+	rec := &recorder{}
+	if _, err := outbox.NewMetrics(rec); err != nil {
+		t.Fatalf("outbox.NewMetrics: %v", err)
+	}
+	out := map[string]metricInfo{}
+	for _, c := range rec.cs {
+		maps.Copy(out, describe(t, c))
+	}
+	if len(out) == 0 {
+		t.Fatal("the outbox relay registered no metrics")
+	}
+	for name := range out {
+		if !strings.HasPrefix(name, consumer.MetricsNamespace+"_outbox_") {
+			t.Errorf("outbox relay metric %s lacks the %s_outbox_ prefix", name, consumer.MetricsNamespace)
+		}
+	}
+	return out
 }
 
 // lookup resolves a series name to its metric, stripping the suffixes a
@@ -573,6 +603,10 @@ var requiredAlerts = []string{
 	"IdempotencyConsumerLagHigh",     // consumer lag
 	"IdempotencyConsumerPodNotReady", // consumer not ready
 	"IdempotencyInfrastructureErrors",
+	// issue 34, the transactional outbox's relay
+	"IdempotentOutboxBehind",
+	"IdempotentOutboxNoOwner",
+	"IdempotentOutboxPublishFailing",
 }
 
 var headingRE = regexp.MustCompile(`(?m)^#{1,6} +(.+?) *$`)
@@ -644,7 +678,8 @@ func TestAlertsHaveRunbooks(t *testing.T) {
 	}
 	// Every alert-like runbook section belongs to an alert.
 	for anchor := range runbooks {
-		if strings.HasPrefix(anchor, "idempotency") || strings.HasPrefix(anchor, "idempotentconsumer") {
+		if strings.HasPrefix(anchor, "idempotency") || strings.HasPrefix(anchor, "idempotentconsumer") ||
+			strings.HasPrefix(anchor, "idempotentoutbox") {
 			found := false
 			for a := range seen {
 				found = found || strings.ToLower(a) == anchor
