@@ -51,6 +51,7 @@ import (
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer"
+	"github.com/idempotency-dev/operator/consumer/outbox"
 	"github.com/idempotency-dev/operator/controllers"
 	"github.com/idempotency-dev/operator/controllers/objects"
 )
@@ -58,8 +59,9 @@ import (
 const runbookBase = "https://github.com/idempotency-dev/operator/blob/main/docs/runbooks.md#"
 
 // Labels a series gets from the scrape rather than from the code: the
-// Prometheus Operator's target labels, and `name`, which the PodMonitor here
-// copies from the consumer pods' app.kubernetes.io/instance label.
+// Prometheus Operator's target labels, and `name`, which the PodMonitors here
+// copy from the consumer and outbox relay pods' app.kubernetes.io/instance
+// label.
 var scrapeLabels = []string{"namespace", "pod", "container", "endpoint", "job", "instance", "service", "name"}
 
 // kind of a registered metric; "" when the registry cannot tell (a vector
@@ -289,7 +291,35 @@ func operatorDeclared(t *testing.T) map[string]metricInfo {
 }
 
 func registered(t *testing.T) known {
-	return known{consumer: consumerMetrics(t), operator: operatorMetrics(t)}
+	k := known{consumer: consumerMetrics(t), operator: operatorMetrics(t)}
+	for name, info := range outboxMetrics(t) {
+		k.consumer[name] = info
+	}
+	return k
+}
+
+// outboxMetrics describes the metrics of the outbox relay (`consumer
+// outbox-relay`), which share the consumer's prefix and are scraped from the
+// relay pods by the PodMonitor outbox-relays.
+func outboxMetrics(t *testing.T) map[string]metricInfo {
+	t.Helper()
+	rec := &recorder{}
+	if _, err := outbox.NewMetrics(rec); err != nil {
+		t.Fatalf("outbox.NewMetrics: %v", err)
+	}
+	out := map[string]metricInfo{}
+	for _, c := range rec.cs {
+		maps.Copy(out, describe(t, c))
+	}
+	if len(out) == 0 {
+		t.Fatal("the outbox relay registered no metrics")
+	}
+	for name := range out {
+		if !strings.HasPrefix(name, consumer.MetricsNamespace+"_outbox_") {
+			t.Errorf("outbox relay metric %s lacks the %s_outbox_ prefix", name, consumer.MetricsNamespace)
+		}
+	}
+	return out
 }
 
 // lookup resolves a series name to its metric, stripping the suffixes a
@@ -573,6 +603,10 @@ var requiredAlerts = []string{
 	"IdempotencyConsumerLagHigh",     // consumer lag
 	"IdempotencyConsumerPodNotReady", // consumer not ready
 	"IdempotencyInfrastructureErrors",
+	// issue 34, the transactional outbox's relay
+	"IdempotentOutboxBehind",
+	"IdempotentOutboxNoOwner",
+	"IdempotentOutboxPublishFailing",
 }
 
 var headingRE = regexp.MustCompile(`(?m)^#{1,6} +(.+?) *$`)
@@ -644,7 +678,8 @@ func TestAlertsHaveRunbooks(t *testing.T) {
 	}
 	// Every alert-like runbook section belongs to an alert.
 	for anchor := range runbooks {
-		if strings.HasPrefix(anchor, "idempotency") || strings.HasPrefix(anchor, "idempotentconsumer") {
+		if strings.HasPrefix(anchor, "idempotency") || strings.HasPrefix(anchor, "idempotentconsumer") ||
+			strings.HasPrefix(anchor, "idempotentoutbox") {
 			found := false
 			for a := range seen {
 				found = found || strings.ToLower(a) == anchor
@@ -692,6 +727,7 @@ func TestKustomization(t *testing.T) {
 		t.Fatalf("kustomize build config/monitoring: %v", err)
 	}
 	objs := map[string]*unstructured.Unstructured{}
+	podMonitors := map[string]*unstructured.Unstructured{}
 	for _, r := range res.Resources() {
 		m, err := r.Map()
 		if err != nil {
@@ -702,6 +738,9 @@ func TestKustomization(t *testing.T) {
 			t.Errorf("%s %s is in namespace %q", u.GetKind(), u.GetName(), u.GetNamespace())
 		}
 		objs[u.GetKind()] = u
+		if u.GetKind() == "PodMonitor" {
+			podMonitors[u.GetName()] = u
+		}
 	}
 	for _, kind := range []string{"ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap"} {
 		if objs[kind] == nil {
@@ -727,7 +766,10 @@ func TestKustomization(t *testing.T) {
 	obj := &kafkav1alpha1.IdempotentConsumer{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "shop", UID: "u1"}}
 	obj.Spec.Consumer.Sink.Type = kafkav1alpha1.SinkLog
 	dep := objects.Deployment(obj, objects.Options{})
-	pm := objs["PodMonitor"]
+	pm := podMonitors["idempotency-operator-consumers"]
+	if pm == nil {
+		t.Fatalf("no PodMonitor idempotency-operator-consumers (have %v)", slices.Sorted(maps.Keys(podMonitors)))
+	}
 	sel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
 	if len(sel) == 0 {
 		t.Fatal("the PodMonitor has no matchLabels")
@@ -764,5 +806,59 @@ func TestKustomization(t *testing.T) {
 	}
 	if !relabeled || dep.Spec.Template.Labels[objects.LabelInstance] != obj.Name {
 		t.Errorf("the PodMonitor must copy %s (the object's name) into the label `name`", wantSource)
+	}
+
+	// The outbox relay pods (issue 34): the Outbox kind's relay pods carry
+	// these labels and serve /metrics on the port named http.
+	relayPod := map[string]string{
+		objects.LabelName:      "outbox-relay",
+		objects.LabelInstance:  "orders-outbox",
+		objects.LabelManagedBy: objects.ManagedByValue,
+	}
+	checkPodMonitor(t, podMonitors["idempotency-operator-outbox-relays"], relayPod, "http", wantSource)
+	if len(podMonitors) != 2 {
+		t.Errorf("want the PodMonitors consumers and outbox-relays, have %v", slices.Sorted(maps.Keys(podMonitors)))
+	}
+}
+
+// checkPodMonitor checks that pm selects pods labelled podLabels in every
+// namespace, scrapes /metrics on their port named port, and copies the
+// instance label (the object's name) into `name`.
+func checkPodMonitor(t *testing.T, pm *unstructured.Unstructured, podLabels map[string]string, port, instanceSource string) {
+	t.Helper()
+	if pm == nil {
+		t.Error("no PodMonitor idempotency-operator-outbox-relays rendered")
+		return
+	}
+	sel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+	if len(sel) == 0 {
+		t.Errorf("PodMonitor %s has no matchLabels", pm.GetName())
+	}
+	for k, v := range sel {
+		if podLabels[k] != v {
+			t.Errorf("PodMonitor %s selects %s=%s; the pods have %v", pm.GetName(), k, v, podLabels)
+		}
+	}
+	if any, _, _ := unstructured.NestedBool(pm.Object, "spec", "namespaceSelector", "any"); !any {
+		t.Errorf("PodMonitor %s must look in every namespace", pm.GetName())
+	}
+	pes, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+	if len(pes) != 1 {
+		t.Errorf("PodMonitor %s: want one podMetricsEndpoint, have %v", pm.GetName(), pes)
+		return
+	}
+	pe := pes[0].(map[string]any)
+	if pe["port"] != port || pe["path"] != "/metrics" {
+		t.Errorf("PodMonitor %s scrapes port %v path %v; want port %s path /metrics", pm.GetName(), pe["port"], pe["path"], port)
+	}
+	relabeled := false
+	rls, _ := pe["relabelings"].([]any)
+	for _, rl := range rls {
+		m := rl.(map[string]any)
+		src, _ := m["sourceLabels"].([]any)
+		relabeled = relabeled || m["targetLabel"] == "name" && len(src) == 1 && src[0] == instanceSource
+	}
+	if !relabeled {
+		t.Errorf("PodMonitor %s must copy %s (the object's name) into the label `name`", pm.GetName(), instanceSource)
 	}
 }
