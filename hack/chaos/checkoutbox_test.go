@@ -83,7 +83,9 @@ func TestOutboxCheck(t *testing.T) {
 			func(r OutboxResult) int { return r.Mismatched }, 1, "1 records whose ce_id"},
 		{"payload is not the row's", func(h *outboxHistory) { h.records[1][1].payload.Seq = 7 },
 			func(r OutboxResult) int { return r.Mismatched }, 1, "1 records whose ce_id, key or payload"},
-		{"no eventId header", func(h *outboxHistory) { h.records[1] = append(h.records[1], outboxRecord{partition: 1, offset: 2, bad: true}) },
+		{"no eventId header", func(h *outboxHistory) {
+			h.records[1] = append(h.records[1], outboxRecord{partition: 1, offset: 2, bad: true})
+		},
 			func(r OutboxResult) int { return r.Bad }, 1, "1 records without an eventId header"},
 	}
 	for _, tc := range cases {
