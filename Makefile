@@ -135,7 +135,7 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 60s) each.
 	hack/fuzz.sh
 
 .PHONY: chaos
-chaos: ## Chaos run: 100k events, SQL and HTTP sinks, kill -9s, rebalances, PostgreSQL and broker restarts; checks exactly-once.
+chaos: ## Chaos run: 100k events, SQL and HTTP sinks, kill -9s, rebalances, PostgreSQL and broker restarts; checks exactly-once; then the outbox chain.
 	@go build -o bin/chaos ./hack/chaos
 	bin/chaos $(CHAOS_FLAGS)
 

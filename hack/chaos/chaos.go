@@ -103,9 +103,9 @@ func (h *harness) build(ctx context.Context, progress io.Writer) error {
 	} else {
 		h.cl.Add(func() { _ = os.RemoveAll(h.work) })
 	}
-	h.step("seed %d; building cmd/consumer, cmd/devbroker and hack/chaos/claimclient", h.o.Seed)
+	h.step("seed %d; building cmd/consumer, cmd/devbroker, hack/chaos/claimclient and hack/chaos/outboxproducer", h.o.Seed)
 	h.bin = filepath.Join(h.work, "bin")
-	return proc.Build(ctx, root, h.bin, "./cmd/consumer", "./cmd/devbroker", "./hack/chaos/claimclient")
+	return proc.Build(ctx, root, h.bin, "./cmd/consumer", "./cmd/devbroker", "./hack/chaos/claimclient", "./hack/chaos/outboxproducer")
 }
 
 // startDatabase starts PostgreSQL with the ledger, and creates and maintains
@@ -146,10 +146,14 @@ func (h *harness) startBroker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	topics := fmt.Sprintf("%s:%d,%s:1,%s:1", topic, h.o.Partitions, dlqTopic, httpDLQTopic)
+	if h.o.OutboxProducers > 0 {
+		topics += fmt.Sprintf(",%s:%d,%s:1", outboxTopic, h.o.OutboxPartitions, outboxDLQTopic)
+	}
 	h.broker, err = localstack.StartBroker(ctx, h.cl, localstack.BrokerOptions{
 		Name: "broker", Bin: filepath.Join(h.bin, "devbroker"), LogDir: h.work, Stream: h.stream,
 		Args: []string{"-ports", strconv.Itoa(port), "-data-dir", filepath.Join(h.work, "broker"),
-			"-topics", fmt.Sprintf("%s:%d,%s:1,%s:1", topic, h.o.Partitions, dlqTopic, httpDLQTopic)},
+			"-topics", topics},
 	})
 	if err != nil {
 		return err
@@ -274,7 +278,14 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 		return res, err
 	}
 	if h.o.BugBuckets > 0 {
-		return res, h.replayPhase(ctx)
+		if err := h.replayPhase(ctx); err != nil {
+			return res, err
+		}
+	}
+	if h.o.OutboxProducers > 0 {
+		var err error
+		res.Outbox, err = h.outboxPhase(ctx)
+		return res, err
 	}
 	return res, nil
 }

@@ -80,3 +80,40 @@ func runChaosShort(t *testing.T, o Options) {
 		t.Fatalf("duplicates %d of %d messages: less than the 20%% the test is meant to have", res.DuplicateMessages, res.Messages)
 	}
 }
+
+// TestOutboxChaosShort is the outbox chain in `make test` (outbox.go):
+// producer services writing orders and their outbox events in one
+// transaction (some rolled back on purpose) are killed with SIGKILL, two
+// `consumer outbox-relay` replicas are killed ten times (every other time the
+// owner of the stream), PostgreSQL and the broker restart once, and the
+// consumers of the outbox topic are killed too; no event of a transaction
+// that did not commit is published, every committed one is, first in key
+// order, and applied once.
+func TestOutboxChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: skipped in -short mode")
+	}
+	o := OutboxShortOptions()
+	o.Seed = uint64(time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	res, err := RunOutbox(ctx, o, &log)
+	if res != nil {
+		res.Print(&log)
+	}
+	t.Log(log.String())
+	if err != nil {
+		t.Fatalf("outbox chaos run (seed %d): %v", o.Seed, err)
+	}
+	if v := res.Violations(); len(v) > 0 {
+		t.Fatalf("outbox chaos (seed %d) found violations:\n%s", o.Seed, strings.Join(v, "\n"))
+	}
+	if res.RelayKills < 10 || res.Relays < 2 || res.ProducerKills < o.OutboxProducerKills || res.PostgresRestarts != 1 || res.BrokerRestarts != 1 {
+		t.Fatalf("the chaos did not happen: relays=%d relay kills=%d producer kills=%d pg=%d broker=%d",
+			res.Relays, res.RelayKills, res.ProducerKills, res.PostgresRestarts, res.BrokerRestarts)
+	}
+	if res.RelayOwnerKills == 0 || res.RolledBack == 0 || res.Committed < 200 {
+		t.Fatalf("nothing much to check: %d kills of the owner, %d orders rolled back, %d committed", res.RelayOwnerKills, res.RolledBack, res.Committed)
+	}
+}

@@ -25,10 +25,15 @@ type fleet struct {
 	bin, logDir string
 	stream      io.Writer
 	env         []string
+	// args follow the binary (the relays' `outbox-relay`); topic is the
+	// group's topic for the lag (default: the chaos topic).
+	args  []string
+	topic string
 
 	mu      sync.Mutex
 	seq     int
 	running []*proc.Process
+	addrs   map[*proc.Process]string // each process's /metrics address
 }
 
 func newFleet(prefix, group, bin, logDir string, stream io.Writer, env []string) *fleet {
@@ -40,12 +45,16 @@ func (f *fleet) start() error {
 	f.seq++
 	name := f.prefix + "-" + strconv.Itoa(f.seq)
 	f.mu.Unlock()
-	c, err := localstack.StartConsumer(name, proc.Options{LogDir: f.logDir, Stream: f.stream, Env: append([]string{}, f.env...)}, f.bin)
+	c, err := localstack.StartConsumer(name, proc.Options{LogDir: f.logDir, Stream: f.stream, Env: append([]string{}, f.env...)}, f.bin, f.args...)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
 	f.running = append(f.running, c.Process)
+	if f.addrs == nil {
+		f.addrs = map[*proc.Process]string{}
+	}
+	f.addrs[c.Process] = c.Addr
 	f.mu.Unlock()
 	return nil
 }
@@ -178,7 +187,8 @@ func snapshotOffsets(ctx context.Context, brokers []string, group string, partit
 // waitForLagZero waits until the fleet's group's committed offsets reach the
 // end of every partition; a consumer that exits on its own fails it.
 func (f *fleet) waitForLagZero(ctx context.Context, brokers []string, partitions int, timeout time.Duration) error {
-	err := localstack.WaitForLagZero(ctx, brokers, f.group, topic, partitions, timeout, f.crashed)
+	t := f.topicName()
+	err := localstack.WaitForLagZero(ctx, brokers, f.group, t, partitions, timeout, f.crashed)
 	if err == nil {
 		return nil
 	}
@@ -189,7 +199,7 @@ func (f *fleet) waitForLagZero(ctx context.Context, brokers []string, partitions
 	// transaction the broker never ended, which holds a read_committed
 	// group back for good.
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-	fmt.Fprintf(&b, "\n--- partitions:\n%s", devkafka.Offsets(octx, brokers, f.group, topic, partitions))
+	fmt.Fprintf(&b, "\n--- partitions:\n%s", devkafka.Offsets(octx, brokers, f.group, t, partitions))
 	cancel()
 	f.mu.Lock()
 	for _, p := range f.running {
@@ -202,6 +212,14 @@ func (f *fleet) waitForLagZero(ctx context.Context, brokers []string, partitions
 	}
 	f.mu.Unlock()
 	return fmt.Errorf("%w%s", err, b.String())
+}
+
+// topicName is the group's topic.
+func (f *fleet) topicName() string {
+	if f.topic != "" {
+		return f.topic
+	}
+	return topic
 }
 
 // httpConsumerEnv is the HTTP group's environment: the http sink (an external

@@ -64,8 +64,21 @@ type Options struct {
 	BugBuckets    int
 	BrokenBuckets int
 	ReplayKills   int
-	Seed          uint64
-	Verbose       bool
+	// The outbox chain (outbox.go): OutboxProducers producer services
+	// (hack/chaos/outboxproducer) writing orders and their events in one
+	// transaction on OutboxKeys keys, rolling back OutboxRollbackShare of
+	// the transactions and pausing up to OutboxPauseMax between them;
+	// OutboxRelays `consumer outbox-relay` replicas; OutboxConsumers
+	// consumers of the outbox topic (OutboxPartitions partitions). Over
+	// OutboxFor, the kills of each kind, one PostgreSQL and one broker
+	// restart. 0 producers: no outbox chain.
+	OutboxProducers, OutboxRelays, OutboxConsumers             int
+	OutboxProducerKills, OutboxRelayKills, OutboxConsumerKills int
+	OutboxKeys, OutboxPartitions                               int
+	OutboxRollbackShare                                        float64
+	OutboxPauseMax, OutboxFor                                  time.Duration
+	Seed                                                       uint64
+	Verbose                                                    bool
 	// Keep leaves the work directory (the processes' logs, the broker's
 	// data) in place for a diagnosis.
 	Keep bool
@@ -103,6 +116,18 @@ func DefaultOptions() Options {
 		BugBuckets:       5, // ~2% of the ids
 		BrokenBuckets:    1, // ~0.4% stay broken and are parked
 		ReplayKills:      5,
+
+		OutboxProducers:     3,
+		OutboxRelays:        3,
+		OutboxConsumers:     2,
+		OutboxProducerKills: 12,
+		OutboxRelayKills:    24,
+		OutboxConsumerKills: 6,
+		OutboxKeys:          50,
+		OutboxPartitions:    6,
+		OutboxRollbackShare: 0.15,
+		OutboxPauseMax:      20 * time.Millisecond,
+		OutboxFor:           60 * time.Second,
 	}
 }
 
@@ -118,6 +143,24 @@ func ShortOptions() Options {
 	o.Partitions = 4
 	o.ProduceFor = 25 * time.Second
 	o.ReplayKills = 3
+	// The outbox chain runs in a test of its own (TestOutboxChaosShort).
+	o.OutboxProducers = 0
+	return o
+}
+
+// OutboxShortOptions is the outbox chain's variant inside `make test`: the
+// chain alone, at least 2 relays and 10 relay kills as `make chaos`.
+func OutboxShortOptions() Options {
+	o := DefaultOptions()
+	o.OutboxProducers = 2
+	o.OutboxRelays = 2
+	o.OutboxConsumers = 2
+	o.OutboxProducerKills = 6
+	o.OutboxRelayKills = 10
+	o.OutboxConsumerKills = 2
+	o.OutboxKeys = 30
+	o.OutboxPartitions = 4
+	o.OutboxFor = 20 * time.Second
 	return o
 }
 

@@ -38,7 +38,9 @@ type Result struct {
 	Bug             bug
 	BugDeadLettered int
 	// Replay is the replay phase's (nil: it did not run).
-	Replay            *ReplayResult
+	Replay *ReplayResult
+	// Outbox is the outbox chain's (nil: it did not run).
+	Outbox            *OutboxResult
 	UnknownApplied    int // ledger rows for ids never produced validly
 	WrongAmount       int
 	DLQ               int
@@ -179,6 +181,9 @@ func (r *Result) Violations() []string {
 	if r.Replay != nil {
 		v = append(v, r.Replay.Violations()...)
 	}
+	if r.Outbox != nil {
+		v = append(v, r.Outbox.Violations()...)
+	}
 	return v
 }
 
@@ -277,6 +282,9 @@ func (r *Result) Print(w io.Writer) {
 		httpPart, claimPart, r.MaxTxOpen.Milliseconds(), r.Seed)
 	if r.Replay != nil {
 		r.Replay.Print(w)
+	}
+	if r.Outbox != nil {
+		r.Outbox.Print(w)
 	}
 }
 

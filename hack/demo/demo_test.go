@@ -63,6 +63,12 @@ func TestDemoEndToEnd(t *testing.T) {
 	if r := rep.Replay; r.ByReason[handlerFailedReason] != int64(len(wl.Rejected)+len(wl.Broken)) || r.LedgerApplied != len(wl.Rejected) {
 		t.Fatalf("replay: %+v", r)
 	}
+	// The outbox hop: of 200 orders, 20 declined (rolled back with their
+	// event); the 180 committed ones published and invoiced once each by
+	// the second IdempotentConsumer.
+	if want := "OUTBOX committed=180 published=180 applied_once=180 applied_twice=0 published_uncommitted=0\n"; !strings.Contains(out.String(), want) {
+		t.Fatalf("report lacks %q:\n%s", want, out.String())
+	}
 	if after := leftovers(t); len(after) > len(before) {
 		t.Fatalf("demo left temporary directories behind: %v", after)
 	}

@@ -33,6 +33,7 @@ import (
 func main() {
 	opts := defaultOptions()
 	flag.IntVar(&opts.Unique, "events", opts.Unique, "unique valid events to produce")
+	flag.IntVar(&opts.Orders, "orders", opts.Orders, "orders of the outbox hop (every 10th declined: rolled back with its event)")
 	flag.IntVar(&opts.Partitions, "partitions", opts.Partitions, "partitions of the demo topic")
 	flag.StringVar(&opts.Sample, "sample", opts.Sample, "IdempotentConsumer sample to apply")
 	flag.DurationVar(&opts.Timeout, "timeout", opts.Timeout, "give up if the run takes longer than this")
@@ -69,6 +70,7 @@ func main() {
 // Options configure a run.
 type Options struct {
 	Unique     int           // unique valid events
+	Orders     int           // orders of the outbox hop (every 10th declined)
 	Partitions int           // Kafka partitions of the topic
 	Sample     string        // path of the IdempotentConsumer sample
 	Timeout    time.Duration // overall deadline
@@ -82,6 +84,7 @@ type Options struct {
 func defaultOptions() Options {
 	return Options{
 		Unique:     2000,
+		Orders:     200,
 		Partitions: 4,
 		Sample:     "config/samples/kafka_v1alpha1_idempotentconsumer_ledger.yaml",
 		Timeout:    10 * time.Minute,

@@ -41,6 +41,7 @@ type Report struct {
 	SecretLeaks       []string // logs that contained it
 
 	Replay *ReplayReport // the dead-letter round trip, after the rest was taken
+	Outbox *OutboxReport // the outbox hop, after the replay
 }
 
 func buildReport(ctx context.Context, k8s client.Client, ic *unstructured.Unstructured, wl *Workload, dbURL string, brokers []string, dlq string, consumers []*localstack.Consumer) (*Report, error) {
@@ -222,6 +223,11 @@ func (r *Report) Check() []string {
 	} else {
 		p = append(p, r.Replay.Check()...)
 	}
+	if r.Outbox == nil {
+		p = append(p, "no outbox hop ran")
+	} else {
+		p = append(p, r.Outbox.Check()...)
+	}
 	return p
 }
 
@@ -263,6 +269,9 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if r.Replay != nil {
 		r.Replay.Print(w)
+	}
+	if r.Outbox != nil {
+		r.Outbox.Print(w)
 	}
 	if problems := r.Check(); len(problems) == 0 {
 		fmt.Fprintf(w, "RECONCILED unique=%d rows=%d duplicates_applied=0 dlq=%d\n", wl.Unique, r.LedgerRows, sum(r.DeadLetter))

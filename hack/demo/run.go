@@ -58,6 +58,8 @@ type system struct {
 	kubectl    string // the control plane's kubectl
 	k8s        client.Client
 	mgr        *proc.Process // the operator
+
+	invoiceConsumers []*localstack.Consumer // the outbox hop's IdempotentConsumer's replicas
 }
 
 // Run starts the system, runs the workload, and returns the report. It stops
@@ -217,7 +219,12 @@ func (s *system) runSample(ctx context.Context) (*Report, error) {
 	if rep.Replay, err = s.runReplay(ctx, ic, rep, dlq); err != nil {
 		return rep, err
 	}
-	// Log hygiene: the operator and the consumers handled the database URL
+	// The outbox hop: orders and their events in one transaction, the
+	// relay, and a second IdempotentConsumer applying each once.
+	if rep.Outbox, err = s.runOutbox(ctx, ic, opts.Orders); err != nil {
+		return rep, err
+	}
+	// Log hygiene: the operator, the consumers and the relays handled the database URL
 	// (with its password) all along; it must not appear in their logs.
 	leaks, err := localstack.SecretInLogs(s.work, s.pg.Password())
 	if err != nil {
@@ -226,7 +233,7 @@ func (s *system) runSample(ctx context.Context) (*Report, error) {
 	rep.LogsChecked, rep.SecretLeaks = leaks.Checked, leaks.Files
 	if opts.Hold {
 		rep.Print(os.Stdout)
-		s.hold(ctx, consumers)
+		s.hold(ctx, append(consumers, s.invoiceConsumers...))
 	}
 	return rep, nil
 }
