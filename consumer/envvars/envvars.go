@@ -81,7 +81,7 @@ const (
 	OutboxPremake         = "CONSUMER_OUTBOX_PREMAKE"           // default 4
 	OutboxRetention       = "CONSUMER_OUTBOX_RETENTION"         // Go duration; default 168h
 	OutboxPollInterval    = "CONSUMER_OUTBOX_POLL_INTERVAL"     // default 1s
-	OutboxBatchSize       = "CONSUMER_OUTBOX_BATCH_SIZE"        // default 500
+	OutboxBatchSize       = "CONSUMER_OUTBOX_BATCH_SIZE"        // default 2000
 	OutboxMaxMessageBytes = "CONSUMER_OUTBOX_MAX_MESSAGE_BYTES" // default 1048576
 	OutboxPublishTimeout  = "CONSUMER_OUTBOX_PUBLISH_TIMEOUT"   // default 5s
 )
