@@ -242,7 +242,7 @@ func TestOutboxTableRelayAndStatus(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
-	defer func() { cancel(); _ = <-done }()
+	defer func() { cancel(); t.Logf("relay stopped: %v", <-done) }()
 	eventually(t, 60*time.Second, "status.backlog 0 after the relay ran", func() (bool, string) {
 		o = te.getOutbox(t, ns, "shop")
 		ok := o.Status.Backlog != nil && *o.Status.Backlog == 0 && o.Status.OldestUnpublishedTime == nil
