@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
@@ -209,12 +210,15 @@ func TestPlatformsEnvtest(t *testing.T) {
 		if pw, _ := u.User.Password(); u.Host != "pg-pooler-rw:5432" || u.User.Username() != "orders_consumer" || pw != "role-pw" || u.Path != "/postgres" {
 			t.Errorf("consumer URL host %q user %q path %q: want the Pooler's Service as orders_consumer", u.Host, u.User.Username(), u.Path)
 		}
-		got := te.get(t, ns, "pooled")
 		want := &kafkav1alpha1.PlatformDatabaseStatus{OwnerSecret: "pg-app", CASecret: "pg-ca", DDLEndpoint: "localhost:5432",
 			ConsumerSecret: "orders-consumer-role", ConsumerEndpoint: "pg-pooler-rw:5432", ConsumerPoolMode: "transaction"}
-		if got.Status.Platform == nil || !reflect.DeepEqual(got.Status.Platform.Database, want) {
-			t.Errorf("status.platform.database %+v, want %+v", got.Status.Platform, want)
-		}
+		eventually(t, 30*time.Second, "status.platform.database through the Pooler", func() (bool, string) {
+			got := te.get(t, ns, "pooled")
+			if got.Status.Platform == nil || !reflect.DeepEqual(got.Status.Platform.Database, want) {
+				return false, fmt.Sprintf("%+v", got.Status.Platform)
+			}
+			return true, ""
+		})
 	})
 
 	t.Run("Strimzi", func(t *testing.T) {
@@ -305,11 +309,17 @@ func TestPlatformsEnvtest(t *testing.T) {
 			t.Fatal(err)
 		}
 		assertControlledBy(t, &platformSecret, obj)
-		got := te.get(t, ns, "k")
-		if p := got.Status.Platform; p == nil || p.Kafka == nil || p.Kafka.KafkaUser != "k" || p.Kafka.DeadLetterTopic != "k-dead-letter" ||
-			p.Kafka.CASecret != "kc-cluster-ca-cert" || p.Kafka.BootstrapServers != "kc-kafka-bootstrap."+ns+".svc:9093" {
-			t.Errorf("status.platform.kafka %+v", got.Status.Platform)
-		}
+		// The reconcile that makes the Deployment writes status after it:
+		// wait for the status rather than read it once.
+		eventually(t, 30*time.Second, "status.platform.kafka", func() (bool, string) {
+			got := te.get(t, ns, "k")
+			p := got.Status.Platform
+			if p == nil || p.Kafka == nil || p.Kafka.KafkaUser != "k" || p.Kafka.DeadLetterTopic != "k-dead-letter" ||
+				p.Kafka.CASecret != "kc-cluster-ca-cert" || p.Kafka.BootstrapServers != "kc-kafka-bootstrap."+ns+".svc:9093" {
+				return false, fmt.Sprintf("%+v", p)
+			}
+			return true, ""
+		})
 	})
 
 	t.Run("StrimziMutualTLS", func(t *testing.T) {
