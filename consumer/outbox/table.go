@@ -168,9 +168,19 @@ func createTable(ctx context.Context, conn *pgx.Conn, t Table, owner string) err
 	if err != nil {
 		return err
 	}
+	// The schema is looked up first because CREATE SCHEMA IF NOT EXISTS
+	// needs CREATE on the database even when the schema exists, and a DBA
+	// may have made the schema for a role that has no such right.
+	var schemaExists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`, t.Schema).Scan(&schemaExists); err != nil {
+		return fmt.Errorf("looking up schema: %w", err)
+	}
+	createSchema := ""
+	if !schemaExists {
+		createSchema = "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{t.Schema}.Sanitize() + ";\n"
+	}
 	parent := t.ident()
-	sql := fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %s;
-CREATE TABLE %s (
+	sql := createSchema + fmt.Sprintf(`CREATE TABLE %s (
 	event_id uuid NOT NULL,
 	topic text NOT NULL,
 	key bytea,
@@ -182,7 +192,7 @@ CREATE TABLE %s (
 ) PARTITION BY RANGE (event_id);
 CREATE INDEX %s ON %s (tx);
 COMMENT ON TABLE %s IS %s`,
-		pgx.Identifier{t.Schema}.Sanitize(), parent, pgx.Identifier{t.Name + "_pkey"}.Sanitize(),
+		parent, pgx.Identifier{t.Name + "_pkey"}.Sanitize(),
 		pgx.Identifier{t.Name + "_tx"}.Sanitize(), parent, parent, marker)
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("creating table: %w", err)
