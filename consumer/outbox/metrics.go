@@ -34,7 +34,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		Backlog: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "outbox_backlog",
-			Help: "Outbox rows not yet published (rows at or above the relay's cursor), read by the owning relay."}),
+			Help: "Outbox rows not yet published (rows at or above the relay's cursor), read by the owning relay; 0 on a relay that does not own the stream."}),
 		OldestAge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "outbox_oldest_unpublished_age_seconds",
 			Help: "Age of the oldest committed outbox row not yet published; 0 when there is none."}),
 		PublishLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "outbox_publish_latency_seconds",

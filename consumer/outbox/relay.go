@@ -226,7 +226,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer func() { _ = r.writer.Close() }()
 	for attempt := 0; ; attempt++ {
 		owned, err := r.session(ctx)
+		// The backlog is the owner's to count: a standby reporting the
+		// figures of its former ownership would mislead the alerts.
 		r.cfg.Metrics.Owner.Set(0)
+		r.cfg.Metrics.Backlog.Set(0)
+		r.cfg.Metrics.OldestAge.Set(0)
 		r.progress(false, "")
 		if ctx.Err() != nil {
 			return nil
@@ -367,6 +371,14 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 			if rerr != nil {
 				r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
 				return rerr
+			}
+			// The backlog and the oldest unpublished age go on being read
+			// while the relay is stuck: they are what the alert watches.
+			if time.Since(r.lastMetrics) >= r.cfg.MetricsInterval {
+				if err := r.readMetrics(ctx, conn); err != nil {
+					r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
+					return err
+				}
 			}
 			if err := r.sleep(ctx, failures); err != nil {
 				return err

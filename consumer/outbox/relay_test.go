@@ -312,3 +312,53 @@ func TestRelay_CountsTheBacklogOnlyEveryMetricsInterval(t *testing.T) {
 		t.Fatalf("the oldest unpublished age went from %v to %v within a second: the backlog was counted again, not once per MetricsInterval (1h)", age, got)
 	}
 }
+
+// TestRelay_GaugesWhileFailingAndAfterOwnershipIsLost: the oldest
+// unpublished age keeps growing while a row cannot be published (the
+// IdempotentOutboxBehind alert reads it), and a relay that lost the
+// stream stops reporting the backlog it counted as the owner (a standby's
+// stale figures would keep the alert firing, or hide the new owner's).
+func TestRelay_GaugesWhileFailingAndAfterOwnershipIsLost(t *testing.T) {
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	r := e.start(t, func(c *outbox.Config) { c.MetricsInterval = 200 * time.Millisecond })
+	waitFor(t, 10*time.Second, "the relay to own the stream", r.owner)
+	e.emit(t, "missing", "k", []byte("to a topic that does not exist"))
+	failures := func() float64 {
+		return testutil.ToFloat64(r.metrics.Failures.WithLabelValues(outbox.ReasonUnknownTopic))
+	}
+	waitFor(t, 20*time.Second, "an unknown_topic failure", func() bool { return failures() >= 1 })
+	waitFor(t, 20*time.Second, "the backlog counted while failing", func() bool {
+		return testutil.ToFloat64(r.metrics.Backlog) == 1 && testutil.ToFloat64(r.metrics.OldestAge) > 0
+	})
+	age := testutil.ToFloat64(r.metrics.OldestAge)
+	waitFor(t, 20*time.Second, "the oldest unpublished age to grow while publishing fails", func() bool {
+		return testutil.ToFloat64(r.metrics.OldestAge) >= age+1
+	})
+
+	// Another session takes the lock while this relay's session is cut:
+	// the relay is a standby now.
+	holder, err := e.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	var key int64
+	if err := holder.QueryRow(ctx, `SELECT lock_key FROM public.outbox_relay`).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `SELECT pg_terminate_backend(l.pid) FROM pg_locks l
+ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+   AND l.classid = (($1::bigint >> 32) & 4294967295)::oid AND l.objid = ($1::bigint & 4294967295)::oid`, key); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the lock taken by the test's session", func() bool {
+		var got bool
+		return holder.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&got) == nil && got
+	})
+	defer func() { _, _ = holder.Exec(ctx, `SELECT pg_advisory_unlock_all()`) }()
+	waitFor(t, 10*time.Second, "the relay to report it is not the owner", func() bool { return !r.owner() })
+	if b, a := testutil.ToFloat64(r.metrics.Backlog), testutil.ToFloat64(r.metrics.OldestAge); b != 0 || a != 0 {
+		t.Fatalf("a relay that is not the owner reports backlog %v, oldest unpublished age %v; want 0 and 0", b, a)
+	}
+}
