@@ -832,6 +832,20 @@ func (r *OutboxReconciler) outboxRelay(ctx context.Context, s *outboxState) erro
 
 	dep := &appsv1.Deployment{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), dep)
+	// A new or changed template is first judged by the API server's Pod
+	// Security admission (podsecurity.go): a refused one is not applied, and
+	// a running relay keeps its template.
+	if apierrors.IsNotFound(err) || err == nil && metav1.IsControlledBy(dep, obj) &&
+		dep.Annotations[objects.AnnotationSpecHash] != desired.Annotations[objects.AnnotationSpecHash] {
+		refused, derr := dryRunPod(ctx, r.Client, desired, "outbox relay")
+		if derr != nil {
+			return derr
+		}
+		if refused != nil {
+			fail(refused.reason, refused.message, false)
+			return nil
+		}
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldOwner)); err != nil {

@@ -42,16 +42,22 @@ import (
 // a webhook without dry-run support) leaves the judgement to the rollout,
 // and only a failure of the API server itself is returned as an error.
 func (r *IdempotentConsumerReconciler) checkPodSecurity(ctx context.Context, dep *appsv1.Deployment) (*problem, error) {
+	return dryRunPod(ctx, r.Client, dep, "consumer")
+}
+
+// dryRunPod is checkPodSecurity for any Deployment the operator builds;
+// what names its pods in the message ("consumer", "outbox relay").
+func dryRunPod(ctx context.Context, c client.Client, dep *appsv1.Deployment, what string) (*problem, error) {
 	pod := objects.PodFromTemplate(dep)
-	err := r.Client.Create(ctx, pod, client.DryRunAll, client.FieldOwner(FieldOwner))
+	err := c.Create(ctx, pod, client.DryRunAll, client.FieldOwner(FieldOwner))
 	switch {
 	case err == nil:
 		return nil, nil
 	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity"):
 		return &problem{ReasonPodSecurityRejected, fmt.Sprintf(
-			"The API server refuses the consumer pods of Deployment %s, so the Deployment is not applied: %s", dep.Name, podSecurityMessage(err))}, nil
+			"The API server refuses the %s pods of Deployment %s, so the Deployment is not applied: %s", what, dep.Name, podSecurityMessage(err))}, nil
 	case apierrors.IsForbidden(err), apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsAlreadyExists(err):
-		log.FromContext(ctx).Info("Dry run of a consumer pod refused, not by Pod Security; applying the Deployment anyway",
+		log.FromContext(ctx).Info("Dry run of a pod refused, not by Pod Security; applying the Deployment anyway",
 			"deployment", klog.KObj(dep), "error", err.Error())
 		return nil, nil
 	default:

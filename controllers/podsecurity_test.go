@@ -156,6 +156,88 @@ func TestPodSecurity(t *testing.T) {
 	})
 }
 
+// TestPodSecurityOutboxRelay: the relay pods the operator builds for an
+// Outbox are admitted under the restricted profile, and an override that
+// breaks it is RelayReady=False/PodSecurityRejected instead of a Deployment
+// whose ReplicaSet fails silently; a running relay keeps its template.
+func TestPodSecurityOutboxRelay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envtest and PostgreSQL: skipped with -short")
+	}
+	te := startEnv(t, envOptions{options: Options{KafkaTimeout: 2 * time.Second}})
+	ctx := context.Background()
+	ns := te.restrictedNamespace(t)
+	relayAppArmor := "container.apparmor.security.beta.kubernetes.io/" + objects.RelayContainer
+
+	t.Run("BuiltPodsAdmitted", func(t *testing.T) {
+		ob := newOutbox(ns, "admitted", []string{"localhost:9092"}, "orders")
+		ob.UID = types.UID("00000000-0000-0000-0000-" + randSuffix() + "0000")
+		ob.Spec.Relay.PodTemplate = &kafkav1alpha1.PodTemplateOverrides{
+			Labels:      map[string]string{"team": "shop"},
+			Annotations: map[string]string{relayAppArmor: "runtime/default"},
+		}
+		pod := objects.PodFromTemplate(objects.RelayDeployment(ob, objects.Options{ConfigHash: "0123"}))
+		if err := te.c.Create(ctx, pod); err != nil {
+			t.Fatalf("the API server refuses the outbox relay pod in a restricted namespace: %v", err)
+		}
+		if err := te.c.Delete(ctx, pod); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("OverrideRejected", func(t *testing.T) {
+		te.secret(t, ns, "db", map[string]string{"url": consumertest.DatabaseURL(t)})
+		k := consumertest.NewKafka(t)
+		k.MustCreateTopic(t, "orders", 1)
+		ob := newOutbox(ns, "unconfined", k.Brokers(), "orders")
+		ob.Spec.Relay.PodTemplate = &kafkav1alpha1.PodTemplateOverrides{Annotations: map[string]string{relayAppArmor: "unconfined"}}
+		te.create(t, ob)
+		o := te.waitOutbox(t, ns, "unconfined", kafkav1alpha1.ConditionRelayReady, metav1.ConditionFalse, ReasonPodSecurityRejected,
+			`violates PodSecurity "restricted:latest"`, "AppArmor", "outbox relay pods")
+		if r := o.GetCondition(kafkav1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse || r.Reason != ReasonPodSecurityRejected {
+			t.Errorf("Ready with a refused relay template: %s", outboxConditions(o))
+		}
+		depKey := types.NamespacedName{Namespace: ns, Name: objects.RelayDeploymentName(o)}
+		if err := te.c.Get(ctx, depKey, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+			t.Errorf("relay Deployment of a refused template: err = %v, want NotFound (not created)", err)
+		}
+
+		// Fixed: the Deployment is made.
+		setTemplate := func(pt *kafkav1alpha1.PodTemplateOverrides) {
+			t.Helper()
+			eventually(t, 30*time.Second, "the Outbox updated", func() (bool, string) {
+				o := te.getOutbox(t, ns, "unconfined")
+				o.Spec.Relay.PodTemplate = pt
+				if err := te.c.Update(ctx, o); err != nil {
+					return false, err.Error()
+				}
+				return true, ""
+			})
+		}
+		setTemplate(nil)
+		dep := &appsv1.Deployment{}
+		eventually(t, 30*time.Second, "the relay Deployment", func() (bool, string) {
+			if err := te.c.Get(ctx, depKey, dep); err != nil {
+				return false, err.Error()
+			}
+			return true, ""
+		})
+		applied := dep.Annotations[objects.AnnotationSpecHash]
+
+		// Broken again, with a Deployment running: it keeps its template.
+		setTemplate(&kafkav1alpha1.PodTemplateOverrides{Annotations: map[string]string{relayAppArmor: "unconfined"}})
+		te.waitOutbox(t, ns, "unconfined", kafkav1alpha1.ConditionRelayReady, metav1.ConditionFalse, ReasonPodSecurityRejected, "AppArmor")
+		time.Sleep(500 * time.Millisecond)
+		if err := te.c.Get(ctx, depKey, dep); err != nil {
+			t.Fatal(err)
+		}
+		if dep.Annotations[objects.AnnotationSpecHash] != applied || dep.Spec.Template.Annotations[relayAppArmor] != "" {
+			t.Errorf("the refused relay template was applied: spec hash %s (was %s), pod annotations %v",
+				dep.Annotations[objects.AnnotationSpecHash], applied, dep.Spec.Template.Annotations)
+		}
+	})
+}
+
 func assertRefusal(t *testing.T, obj *kafkav1alpha1.IdempotentConsumer) {
 	t.Helper()
 	c := obj.GetCondition(kafkav1alpha1.ConditionConsumerReady)
