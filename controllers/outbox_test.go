@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	dto "github.com/prometheus/client_model/go"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -501,8 +503,19 @@ func TestOutboxRolesAndDatabaseProblems(t *testing.T) {
 	ob.Spec.Database.Schema = "shop"
 	ob.Spec.Database.RelayURLSecretRef = &kafkav1alpha1.SecretKeyRef{Name: "db-relay", Key: "url"}
 	ob.Spec.Database.EmitterRoles = []string{emitter.Name}
+	ob.Spec.Relay.MaxMessageBytes = ptr.To[int32](2000)
 	te.create(t, ob)
 	o := te.waitOutbox(t, ns, "roles", kafkav1alpha1.ConditionReady, metav1.ConditionTrue, kafkav1alpha1.ReasonReady)
+	// The emit function refuses what the relay would not send
+	// (spec.relay.maxMessageBytes), in the emitter's transaction.
+	em := pgConn(t, emitter.URL)
+	if _, err := em.Exec(ctx, `SELECT shop.roles_outbox_emit('orders', 'k'::bytea, $1::bytea)`, make([]byte, 100)); err != nil {
+		t.Errorf("emitting 100 bytes as the emitter role: %v", err)
+	}
+	var pe *pgconn.PgError
+	if _, err := em.Exec(ctx, `SELECT shop.roles_outbox_emit('orders', 'k'::bytea, $1::bytea)`, make([]byte, 3000)); !errors.As(err, &pe) || pe.Code != "54000" || !strings.Contains(pe.Message, "2000 bytes") {
+		t.Errorf("emitting 3000 bytes with spec.relay.maxMessageBytes 2000: %v, want SQLSTATE 54000 naming the limit", err)
+	}
 	if o.Status.RelayRole != relay.Name {
 		t.Errorf("status.relayRole %q, want %q", o.Status.RelayRole, relay.Name)
 	}

@@ -218,7 +218,9 @@ type OutboxRelaySpec struct {
 
 	// maxMessageBytes is the largest record the relay sends; keep it at or
 	// below the brokers' message.max.bytes and the topics'
-	// max.message.bytes. Default 1048576.
+	// max.message.bytes. The emit function refuses an event whose record
+	// would be larger (SQLSTATE 54000), so it never holds the stream.
+	// Default 1048576.
 	// +optional
 	// +kubebuilder:validation:Minimum=1024
 	// +kubebuilder:validation:Maximum=104857600

@@ -181,7 +181,7 @@ func runOutboxRelay(ctx context.Context, args []string, getenv func(string) stri
 			return fail("%s: cannot be parsed", envvars.DatabaseURL)
 		}
 		defer pool.Close()
-		if err := outbox.Ensure(ctx, pool, cfg.Table, *owner); err != nil {
+		if err := outbox.Ensure(ctx, pool, cfg.Table, *owner, outbox.WithMaxMessageBytes(cfg.MaxMessageBytes)); err != nil {
 			log.Error("creating the outbox", "err", err)
 			return ExitFailed
 		}

@@ -37,12 +37,27 @@ import (
 //     by the server): a relay waiting on LISTEN wakes when there is a
 //     committed row.
 //
+// With a limit (WithMaxMessageBytes), an event whose record would be larger
+// than the relay sends is refused (SQLSTATE 54000, program_limit_exceeded):
+// committed, it would hold the stream until the limit is raised. The size
+// is reckoned as messageSize reckons the relay's record (emitSizeBase).
+//
 // SECURITY INVOKER with a pinned search_path, as the claim functions: it runs
 // with the caller's privileges (INSERT on the table), and no operator or
 // type of the caller's schemas can change what it does.
-func emitFunctionSQL(t Table) string {
+func emitFunctionSQL(t Table, maxMessageBytes int) string {
 	t = t.WithDefaults()
 	lit := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+	sizeCheck := ""
+	if maxMessageBytes > 0 {
+		sizeCheck = fmt.Sprintf(`
+  _size := %d + octet_length($1) + coalesce(octet_length($2), 0) + coalesce(octet_length($3), 0)
+           + coalesce((SELECT sum(octet_length(e.key) + octet_length(e.value) + 8) FROM jsonb_each_text(_h) e), 0);
+  IF _size > %d THEN
+    RAISE EXCEPTION 'emitting to outbox %s: the event''s record to topic %% would be about %% bytes, over the relay''s limit of %d bytes: committed, it would hold the outbox''s stream; make it smaller, or raise the limit (spec.relay.maxMessageBytes, CONSUMER_OUTBOX_MAX_MESSAGE_BYTES) and the topic''s max.message.bytes', $1, _size
+      USING ERRCODE = '54000';
+  END IF;`, emitSizeBase(t), maxMessageBytes, strings.ReplaceAll(t.String(), "'", "''"), maxMessageBytes)
+	}
 	return fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s(topic text, key bytea, payload bytea, headers jsonb DEFAULT NULL, traceparent text DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT SECURITY INVOKER PARALLEL UNSAFE
@@ -52,6 +67,7 @@ DECLARE
   _us bigint;
   _last bigint;
   _id uuid;
+  _size bigint;
   _h jsonb := coalesce($4, '{}'::jsonb);
 BEGIN
   IF $1 IS NULL OR $1 = '' THEN
@@ -62,7 +78,7 @@ BEGIN
   END IF;
   IF $5 IS NOT NULL AND $5 <> '' THEN
     _h := _h || jsonb_build_object('traceparent', $5);
-  END IF;
+  END IF;%s
   IF $2 IS NOT NULL THEN
     PERFORM pg_advisory_xact_lock(%d, hashtext($1 || ':' || encode($2, 'base64')));
   END IF;
@@ -81,7 +97,24 @@ BEGIN
   PERFORM pg_notify(%s, '');
   RETURN _id;
 END
-$idempotency_emit$`, pgx.Identifier{t.Schema, t.Name + emitSuffix}.Sanitize(), t, t, keyLockClass(t), t.ident(), lit(t.Channel()))
+$idempotency_emit$`, pgx.Identifier{t.Schema, t.Name + emitSuffix}.Sanitize(), t, t, sizeCheck, keyLockClass(t), t.ident(), lit(t.Channel()))
+}
+
+// emitSizeBase is what messageSize counts for a record of t besides the
+// topic, the key, the payload and the headers given (traceparent among
+// them): the framing and the headers the relay adds (row.message), with
+// ce_time at its longest. A header given that replaces one of the relay's
+// is counted twice: the estimate errs on the large side.
+func emitSizeBase(t Table) int {
+	const framing, perHeader, ceTimeMax = 64, 8, len("2006-01-02T15:04:05.999999999Z")
+	source := "/outbox/" + t.WithDefaults().String()
+	return framing +
+		len("eventId") + 36 + perHeader +
+		len("ce_specversion") + len(ceSpecVersion) + perHeader +
+		len("ce_id") + 36 + perHeader +
+		len("ce_source") + len(source) + perHeader +
+		len("ce_time") + ceTimeMax + perHeader +
+		len("ce_type") + perHeader // + the topic, counted in SQL
 }
 
 // keyLockClass is the first half of the per-key advisory lock: a hash of the

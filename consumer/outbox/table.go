@@ -106,15 +106,35 @@ func NewEngine(pool *pgxpool.Pool, t Table, opts ...dedup.Option) (*dedup.Engine
 	return dedup.NewEngine(pool, t.dedupTable(), opts...)
 }
 
+// EnsureOption changes what Ensure installs.
+type EnsureOption func(*ensureOptions)
+
+type ensureOptions struct{ maxMessageBytes int }
+
+// WithMaxMessageBytes sets the largest record the emit function accepts:
+// the relays' MaxMessageBytes (Config), default DefaultMaxMessageBytes. An
+// event whose record would be larger (key, payload, the headers given and
+// those the relay adds; estimated as the relay does, over rather than
+// under) is refused in the emitting transaction, with SQLSTATE 54000,
+// instead of holding the relay's stream once committed: the relay sends
+// nothing larger. n <= 0: no limit.
+func WithMaxMessageBytes(n int) EnsureOption {
+	return func(o *ensureOptions) { o.maxMessageBytes = n }
+}
+
 // Ensure creates the outbox table (with its ownership marker for owner), its
 // cursor table and the emit function, or checks that an existing table is
 // an outbox of owner; the emit function is (re)installed every time. Like
 // dedup's EnsureTable it makes no partition: call Maintain next. It runs
 // under the table's maintenance lock.
-func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string) error {
+func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string, opts ...EnsureOption) error {
 	t = t.WithDefaults()
 	if err := t.Validate(); err != nil {
 		return err
+	}
+	o := ensureOptions{maxMessageBytes: DefaultMaxMessageBytes}
+	for _, opt := range opts {
+		opt(&o)
 	}
 	if err := dedup.ValidateOwner(owner); err != nil {
 		return fmt.Errorf("ensuring outbox %s: %w", t, err)
@@ -142,7 +162,7 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string) erro
 			return err
 		}
 		// EXECUTE is PUBLIC's by default; Grant gives it to emitters.
-		_, err = conn.Exec(ctx, emitFunctionSQL(t)+";\nREVOKE ALL ON FUNCTION "+emitIdent(t)+"(text, bytea, bytea, jsonb, text) FROM PUBLIC")
+		_, err = conn.Exec(ctx, emitFunctionSQL(t, o.maxMessageBytes)+";\nREVOKE ALL ON FUNCTION "+emitIdent(t)+"(text, bytea, bytea, jsonb, text) FROM PUBLIC")
 		if err != nil {
 			return fmt.Errorf("installing %s: %w", t.EmitFunction(), err)
 		}
