@@ -73,6 +73,12 @@ const (
 // the namespace's enforced profile, for instance).
 const ReasonPodSecurityRejected = "PodSecurityRejected"
 
+// ReasonTopicLimitBelowRelay is the reason of the Warning Event about an
+// Outbox one of whose topics takes smaller records (max.message.bytes) than
+// its relay sends (spec.relay.maxMessageBytes): an event between the two
+// passes the emit function's check and then holds the relay's stream.
+const ReasonTopicLimitBelowRelay = "TopicLimitBelowRelay"
+
 // Actions of Events: what the operator was doing.
 const (
 	actionConnectDatabase    = "ConnectDatabase"

@@ -55,6 +55,9 @@ type TopicInfo struct {
 	Retention time.Duration
 	// RetentionKnown is false when the brokers did not report retention.ms.
 	RetentionKnown bool
+	// MaxMessageBytes is the topic's max.message.bytes, the largest record
+	// batch it takes; 0 when the brokers did not report it.
+	MaxMessageBytes int64
 	// Err is a per-topic error (for example not authorized to describe it).
 	Err error
 }
@@ -114,7 +117,7 @@ func (a KafkaAdmin) Inspect(ctx context.Context, conn KafkaConnection, topics ..
 			describe = append(describe, kafka.DescribeConfigRequestResource{
 				ResourceType: kafka.ResourceTypeTopic,
 				ResourceName: t.Name,
-				ConfigNames:  []string{"retention.ms", "cleanup.policy"},
+				ConfigNames:  []string{"retention.ms", "cleanup.policy", "max.message.bytes"},
 			})
 		}
 		out[t.Name] = info
@@ -145,6 +148,10 @@ func (a KafkaAdmin) Inspect(ctx context.Context, conn KafkaConnection, topics ..
 				retention = e.ConfigValue
 			case "cleanup.policy":
 				policy = e.ConfigValue
+			case "max.message.bytes":
+				if n, err := strconv.ParseInt(e.ConfigValue, 10, 64); err == nil && n > 0 {
+					info.MaxMessageBytes = n
+				}
 			}
 		}
 		info.Retention, info.RetentionKnown = parseRetention(retention, policy)

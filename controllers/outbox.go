@@ -123,6 +123,7 @@ type outboxMemory struct {
 	maintainGen  int64
 	maintainNext time.Time
 	warnedShort  string
+	warnedLimit  string
 }
 
 // +kubebuilder:rbac:groups=kafka.idempotency.dev,resources=outboxes,verbs=get;list;watch
@@ -645,7 +646,7 @@ func (r *OutboxReconciler) outboxTopics(ctx context.Context, s *outboxState) err
 	realNow := time.Now()
 	if fp != m.topicFP || !realNow.Before(m.topicNext) {
 		if fp != m.topicFP {
-			*m = outboxMemory{maintainGen: m.maintainGen, maintainNext: m.maintainNext, warnedShort: m.warnedShort, topicFP: fp}
+			*m = outboxMemory{maintainGen: m.maintainGen, maintainNext: m.maintainNext, warnedShort: m.warnedShort, warnedLimit: m.warnedLimit, topicFP: fp}
 		}
 		m.infos, m.topicErr, m.topicReason = nil, nil, ""
 		conn, err := kafkaClientConnection(k.BootstrapServers, k.TLS, k.SASL, func(ref kafkav1alpha1.SecretKeyRef) string { return values[ref] })
@@ -692,6 +693,7 @@ func (r *OutboxReconciler) outboxTopics(ctx context.Context, s *outboxState) err
 		if i.RetentionKnown {
 			ts.Retention = formatRetention(i.Retention)
 		}
+		ts.MaxMessageBytes = i.MaxMessageBytes
 		obj.Status.Topics = append(obj.Status.Topics, ts)
 	}
 
@@ -727,8 +729,29 @@ func (r *OutboxReconciler) outboxTopics(ctx context.Context, s *outboxState) err
 			quoteList(missing), brokers))
 		return nil
 	}
-	obj.SetCondition(kafkav1alpha1.ConditionKafkaReady, metav1.ConditionTrue, kafkav1alpha1.ReasonTopicsFound,
-		fmt.Sprintf("The brokers %s have topic(s) %s", brokers, strings.Join(found, ", ")))
+	msg := fmt.Sprintf("The brokers %s have topic(s) %s", brokers, strings.Join(found, ", "))
+	// A topic that takes smaller records than the relay sends: the emit
+	// function checks the relay's limit only, so an event between the two
+	// would be committed and then hold the stream (message_too_large).
+	var small []string
+	relayMax := int64(obj.MaxMessageBytes())
+	for _, t := range k.Topics {
+		if n := m.infos[t].MaxMessageBytes; n > 0 && n < relayMax {
+			small = append(small, fmt.Sprintf("%q takes records up to %d bytes", t, n))
+		}
+	}
+	if len(small) > 0 {
+		warning := fmt.Sprintf("topic(s) %s, less than the relay sends (spec.relay.maxMessageBytes %d): an event between the two would be emitted and then hold the relay's stream; set spec.relay.maxMessageBytes to at most the smallest topic limit, and the emit function refuses such events",
+			strings.Join(small, ", "), relayMax)
+		msg += "; warning: " + warning
+		if s.mem.warnedLimit != warning {
+			r.event(obj, corev1.EventTypeWarning, ReasonTopicLimitBelowRelay, actionInspectTopics, "T"+warning[1:])
+		}
+		s.mem.warnedLimit = warning
+	} else {
+		s.mem.warnedLimit = ""
+	}
+	obj.SetCondition(kafkav1alpha1.ConditionKafkaReady, metav1.ConditionTrue, kafkav1alpha1.ReasonTopicsFound, msg)
 	return nil
 }
 

@@ -350,6 +350,48 @@ func TestOutboxKafkaConditions(t *testing.T) {
 	if v := gaugeValue(t, MetricOutboxReady, ns, "down"); v != 0 {
 		t.Errorf("%s = %v, want 0", MetricOutboxReady, v)
 	}
+
+	// A topic that takes smaller records than the relay sends: an event
+	// between the two would hold the stream. A warning (KafkaReady stays
+	// True, with a Warning Event) naming the numbers and the fix; gone once
+	// spec.relay.maxMessageBytes is lowered to the topic's limit, which the
+	// emit function then enforces.
+	if err := consumertest.CreateTopic(context.Background(), k.Brokers(), "small", 1, map[string]string{"max.message.bytes": "2000"}); err != nil {
+		t.Fatal(err)
+	}
+	te.create(t, newOutbox(ns, "tight", k.Brokers(), "present", "small"))
+	o = te.waitOutbox(t, ns, "tight", kafkav1alpha1.ConditionKafkaReady, metav1.ConditionTrue, kafkav1alpha1.ReasonTopicsFound,
+		`"small"`, "2000", "1048576", "spec.relay.maxMessageBytes")
+	if c := o.GetCondition(kafkav1alpha1.ConditionKafkaReady); strings.Contains(c.Message, `"present" takes`) {
+		t.Errorf("KafkaReady warns of a topic with the default limit: %s", c.Message)
+	}
+	sizes := map[string]int64{}
+	for _, ts := range o.Status.Topics {
+		sizes[ts.Name] = ts.MaxMessageBytes
+	}
+	if sizes["small"] != 2000 || sizes["present"] <= 1048576 {
+		t.Errorf("status.topics max message bytes %v, want small 2000 and present the broker's default", sizes)
+	}
+	eventually(t, 10*time.Second, "a Warning Event "+ReasonTopicLimitBelowRelay, func() (bool, string) {
+		evs := te.eventsOf(t, ns, "Outbox", "tight")
+		return hasEvent(evs, ReasonTopicLimitBelowRelay), fmt.Sprintf("%d events", len(evs))
+	})
+	eventually(t, 30*time.Second, "the Outbox updated", func() (bool, string) {
+		o := te.getOutbox(t, ns, "tight")
+		o.Spec.Relay.MaxMessageBytes = ptr.To[int32](2000)
+		if err := te.c.Update(context.Background(), o); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	eventually(t, 30*time.Second, "KafkaReady without the warning", func() (bool, string) {
+		o := te.getOutbox(t, ns, "tight")
+		c := o.GetCondition(kafkav1alpha1.ConditionKafkaReady)
+		if c == nil || c.ObservedGeneration != o.Generation || c.Status != metav1.ConditionTrue || strings.Contains(c.Message, "spec.relay.maxMessageBytes") {
+			return false, outboxConditions(o)
+		}
+		return true, ""
+	})
 }
 
 // TestOutboxConsumerRetention: an IdempotentConsumer of the namespace that

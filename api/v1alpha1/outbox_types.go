@@ -294,6 +294,11 @@ type OutboxTopicStatus struct {
 	// "Infinite".
 	// +optional
 	Retention string `json:"retention,omitempty"`
+	// maxMessageBytes is the topic's max.message.bytes: the largest record
+	// it takes. Below spec.relay.maxMessageBytes, the operator warns (an
+	// event between the two would hold the relay's stream).
+	// +optional
+	MaxMessageBytes int64 `json:"maxMessageBytes,omitempty"`
 }
 
 // OutboxStatus is what the operator observed on its last reconcile.
