@@ -35,7 +35,10 @@ import (
 //     keeps the last one), so its events on a key keep their emit order.
 //   - pg_notify is sent at commit only (and folded into one per transaction
 //     by the server): a relay waiting on LISTEN wakes when there is a
-//     committed row.
+//     committed row. PostgreSQL cannot PREPARE a transaction that sent
+//     NOTIFY: with the setting idempotency_outbox.notify 'off' (SET LOCAL,
+//     for an XA/JTA transaction) none is sent, and the relay finds the row
+//     by polling.
 //
 // With a limit (WithMaxMessageBytes), an event whose record would be larger
 // than the relay sends is refused (SQLSTATE 54000, program_limit_exceeded):
@@ -94,7 +97,9 @@ BEGIN
           || to_hex(28672 + ((_us %% 1000) * 4096) / 1000)
           || substr(replace(gen_random_uuid()::text, '-', ''), 17, 16))::uuid;
   INSERT INTO %s (event_id, topic, key, payload, headers) VALUES (_id, $1, $2, $3, _h);
-  PERFORM pg_notify(%s, '');
+  IF current_setting('idempotency_outbox.notify', true) IS DISTINCT FROM 'off' THEN
+    PERFORM pg_notify(%s, '');
+  END IF;
   RETURN _id;
 END
 $idempotency_emit$`, pgx.Identifier{t.Schema, t.Name + emitSuffix}.Sanitize(), t, t, sizeCheck, keyLockClass(t), t.ident(), lit(t.Channel()))
