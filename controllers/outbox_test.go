@@ -455,6 +455,8 @@ func TestOutboxValidation(t *testing.T) {
 		{"ReservedTable", "reserved word", func(o *kafkav1alpha1.Outbox) { o.Spec.Database.Table = "select" }},
 		{"QuotedTable", "spec.database.table", func(o *kafkav1alpha1.Outbox) { o.Spec.Database.Table = `x"; DROP TABLE y; --` }},
 		{"SystemSchema", "system schema", func(o *kafkav1alpha1.Outbox) { o.Spec.Database.Schema = "pg_catalog" }},
+		{"PublicEmitter", "public (every role)", func(o *kafkav1alpha1.Outbox) { o.Spec.Database.EmitterRoles = []string{"app", "Public"} }},
+		{"PredefinedRoleEmitter", "predefined pg_ roles", func(o *kafkav1alpha1.Outbox) { o.Spec.Database.EmitterRoles = []string{"pg_monitor"} }},
 		{"DotTopic", "'.' or '..'", func(o *kafkav1alpha1.Outbox) { o.Spec.Kafka.Topics = []string{".."} }},
 		{"BadTopic", "spec.kafka.topics", func(o *kafkav1alpha1.Outbox) { o.Spec.Kafka.Topics = []string{"a b"} }},
 		{"NoTopics", "spec.kafka.topics", func(o *kafkav1alpha1.Outbox) { o.Spec.Kafka.Topics = nil }},
@@ -566,11 +568,18 @@ func TestOutboxRolesAndDatabaseProblems(t *testing.T) {
 		role, object, priv string
 		want               bool
 	}{
-		{relay.Name, tbl, "SELECT", true}, {relay.Name, cur, "UPDATE", true}, {relay.Name, tbl, "INSERT", false}, {relay.Name, tbl, "DELETE", false},
+		{relay.Name, tbl, "SELECT", true}, {relay.Name, cur, "UPDATE", false}, {relay.Name, tbl, "INSERT", false}, {relay.Name, tbl, "DELETE", false},
 		{emitter.Name, fn, "EXECUTE", true}, {emitter.Name, tbl, "SELECT", false}, {emitter.Name, cur, "SELECT", false}, {emitter.Name, tbl, "DELETE", false},
 	} {
 		if got := may(c.role, c.object, c.priv); got != c.want {
 			t.Errorf("%s %s on %s: %v, want %v", c.role, c.priv, c.object, got, c.want)
+		}
+	}
+	// The relay updates the cursor's columns, not the relays' lock key.
+	for col, want := range map[string]bool{"lo": true, "hi": true, "after": true, "lock_key": false} {
+		var got bool
+		if err := admin.QueryRow(ctx, `SELECT has_column_privilege($1, $2, $3, 'UPDATE')`, relay.Name, cur, col).Scan(&got); err != nil || got != want {
+			t.Errorf("relay UPDATE of %s.%s: %v (err %v), want %v", cur, col, got, err, want)
 		}
 	}
 	dep := &appsv1.Deployment{}

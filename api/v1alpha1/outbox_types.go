@@ -102,6 +102,7 @@ type OutboxDatabaseSpec struct {
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z_][a-zA-Z0-9_$-]*$`
+	// +kubebuilder:validation:XValidation:rule="self.all(r, r.lowerAscii() != 'public' && r.lowerAscii() != 'none' && !r.lowerAscii().startsWith('pg_'))",message="spec.database.emitterRoles: public (every role), none and the predefined pg_ roles are refused; name the services' own roles"
 	EmitterRoles []string `json:"emitterRoles,omitempty"`
 
 	// caSecretRef selects a PEM CA bundle to verify the PostgreSQL server's

@@ -57,6 +57,7 @@ type CloudNativePGRole struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.lowerAscii() != 'public' && self.lowerAscii() != 'none' && !self.lowerAscii().startsWith('pg_')",message="public (every role), none and the predefined pg_ roles are refused; name the consumer's own role"
 	Name string `json:"name"`
 	// secretRef is the role's passwordSecret: a Secret in this namespace
 	// with the keys username and password.

@@ -71,9 +71,15 @@ type GrantResult struct {
 	Statements []string
 }
 
-// ValidateRole checks a role name for GrantConsumer: 1 to MaxIdentifierLen
-// bytes without NUL. It is quoted with pgx.Identifier wherever it is used.
+// ValidateRole checks a role name for GrantConsumer and the outbox's
+// grants: 1 to MaxIdentifierLen bytes without NUL, and none of the names
+// that stand for more than one service's role: public (PostgreSQL reads a
+// grant to "public", quoted or not, as a grant to every role), none
+// (reserved) and the server's predefined pg_ roles (pg_monitor,
+// pg_read_all_data, ...: held by roles the operator does not know); these
+// in any case. It is quoted with pgx.Identifier wherever it is used.
 func ValidateRole(role string) error {
+	lower := strings.ToLower(role)
 	switch {
 	case role == "":
 		return errors.New("invalid role: empty")
@@ -81,6 +87,10 @@ func ValidateRole(role string) error {
 		return fmt.Errorf("invalid role %q: %d bytes, at most %d", role, len(role), MaxIdentifierLen)
 	case strings.ContainsRune(role, 0):
 		return errors.New("invalid role: contains NUL")
+	case lower == "public" || lower == "none":
+		return fmt.Errorf("invalid role %q: a grant to it would reach every role of the server (public) or is reserved (none); name the service's own role", role)
+	case strings.HasPrefix(lower, "pg_"):
+		return fmt.Errorf("invalid role %q: pg_ names the server's predefined roles, which other roles hold; name the service's own role", role)
 	}
 	return nil
 }

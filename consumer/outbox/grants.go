@@ -21,7 +21,8 @@ const (
 	// row holds the relays' lock key.
 	AccessEmitter Access = iota + 1
 	// AccessRelay may run the relay: USAGE on the schema, SELECT on the table,
-	// SELECT and UPDATE on the cursor table.
+	// SELECT on the cursor table and UPDATE of its cursor columns (lo, hi,
+	// after, updated_at; not lock_key, which fences the relays).
 	AccessRelay
 )
 
@@ -48,7 +49,8 @@ func Grant(ctx context.Context, pool *pgxpool.Pool, t Table, role string, access
 			"GRANT EXECUTE ON FUNCTION "+emitIdent(t)+"(text, bytea, bytea, jsonb, text) TO "+r)
 	case AccessRelay:
 		stmts = append(stmts, "GRANT SELECT ON TABLE "+t.ident()+" TO "+r,
-			"GRANT SELECT, UPDATE ON TABLE "+t.cursorIdent()+" TO "+r)
+			"REVOKE UPDATE ON TABLE "+t.cursorIdent()+" FROM "+r,
+			"GRANT SELECT, UPDATE (lo, hi, after, updated_at) ON TABLE "+t.cursorIdent()+" TO "+r)
 	default:
 		return fmt.Errorf("granting on outbox %s: unknown access %d", t, access)
 	}

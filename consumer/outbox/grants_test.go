@@ -62,7 +62,11 @@ func TestGrant_LeastPrivilege(t *testing.T) {
 	denied(em, `INSERT INTO public.outbox (event_id, topic, key, payload, tx) VALUES ('`+v7.String()+`', 'orders', 'k', 'p', '3'::xid8)`)
 	denied(em, `INSERT INTO public.outbox (event_id, topic, key, payload, created_at) VALUES ('`+v7.String()+`', 'orders', 'k', 'p', now() - interval '1 day')`)
 	denied(connect(nobody.URL), `SELECT public.outbox_emit('orders', 'k'::bytea, 'p'::bytea)`)
-	denied(connect(relayRole.URL), `INSERT INTO public.outbox (event_id, topic) VALUES (gen_random_uuid(), 'x')`)
+	rc := connect(relayRole.URL)
+	denied(rc, `INSERT INTO public.outbox (event_id, topic) VALUES (gen_random_uuid(), 'x')`)
+	// The relay moves the cursor, never the relays' lock key (which would
+	// let a second owner in).
+	denied(rc, `UPDATE public.outbox_relay SET lock_key = lock_key + 1`)
 
 	cfg, err := pgx.ParseConfig(relayRole.URL)
 	if err != nil {
