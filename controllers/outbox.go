@@ -483,6 +483,7 @@ func (r *OutboxReconciler) outboxDatabase(ctx context.Context, s *outboxState) e
 		}
 	}
 	s.pool = pool
+	r.outboxDurability(ctx, dctx, s, pool)
 	msg := fmt.Sprintf("Outbox table %s is ready; services emit with SELECT %s(topic, key, payload, headers, traceparent)", s.tbl, s.tbl.EmitFunction())
 	if obj.Status.RelayRole == "" {
 		msg += "; the relay uses the owner's role (spec.database.relayURLSecretRef gives it a role of its own)"
@@ -491,6 +492,44 @@ func (r *OutboxReconciler) outboxDatabase(ctx context.Context, s *outboxState) e
 		r.event(obj, corev1.EventTypeNormal, ReasonOutboxTableCreated, actionEnsureOutbox, msg)
 	}
 	return nil
+}
+
+// outboxDurability sets DatabaseDurable (a warning, not part of Ready): the
+// relay publishes what is visible, so a commit the database can still lose
+// after it became visible is an event in Kafka for a change the database no
+// longer has. The emit function commits synchronously (on) whatever the
+// session's setting, which leaves the asynchronous standbys.
+func (r *OutboxReconciler) outboxDurability(ctx, dctx context.Context, s *outboxState, pool *pgxpool.Pool) {
+	d, err := dedup.ReadDurability(dctx, pool)
+	cond := kafkav1alpha1.ConditionDatabaseDurable
+	if err != nil {
+		s.obj.SetCondition(cond, metav1.ConditionUnknown, kafkav1alpha1.ReasonDurabilityUnknown,
+			"Reading synchronous_standby_names and pg_stat_replication failed: "+s.sec.scrub(err.Error()))
+		return
+	}
+	status, reason, msg := outboxDurabilityCondition(d)
+	if s.obj.SetCondition(cond, status, reason, msg) && status == metav1.ConditionFalse {
+		r.event(s.obj, corev1.EventTypeWarning, reason, actionEnsureOutbox, msg)
+		log.FromContext(ctx).Info("Outbox database not durable", "reason", reason, "message", msg)
+	}
+}
+
+// outboxDurabilityCondition is DatabaseDurable of an outbox on a server as d
+// describes it, with every emitting transaction committing with
+// synchronous_commit on (the emit function sets it).
+func outboxDurabilityCondition(d dedup.Durability) (metav1.ConditionStatus, string, string) {
+	d.SynchronousCommit = "on"
+	risks := d.Risks()
+	if len(risks) == 0 {
+		return metav1.ConditionTrue, kafkav1alpha1.ReasonDurable, fmt.Sprintf(
+			"An emitting transaction is visible only once durable (the emit function commits with synchronous_commit on); %d standby(s), none asynchronous", len(d.Standbys))
+	}
+	msgs := make([]string, len(risks))
+	for i, rk := range risks {
+		msgs[i] = rk.Message
+	}
+	return metav1.ConditionFalse, risks[0].Reason, strings.Join(msgs, "; ") +
+		": the relay may publish an event whose transaction a failover then loses (an event for a change the promoted database does not have); replicate synchronously (synchronous_standby_names; CloudNativePG: spec.postgresql.synchronous) for an outbox"
 }
 
 // outboxPartitions keeps the partitions: on the first reconcile, on a spec

@@ -122,6 +122,9 @@ func TestOutboxTableRelayAndStatus(t *testing.T) {
 			t.Errorf("%s: %+v", c, got)
 		}
 	}
+	if c := o.GetCondition(kafkav1alpha1.ConditionDatabaseDurable); c == nil || c.Status != metav1.ConditionTrue || c.Reason != kafkav1alpha1.ReasonDurable {
+		t.Errorf("DatabaseDurable on a server without standbys: %+v", c)
+	}
 	if o.Status.Table != "public.shop_outbox" || o.Status.EmitFunction != "public.shop_outbox_emit" {
 		t.Errorf("status table %q, emit function %q", o.Status.Table, o.Status.EmitFunction)
 	}

@@ -40,6 +40,10 @@ const (
 	// and then stays in the topic for the topic's retention: a consumer
 	// that forgot the id by then would apply a redelivery again.
 	ConditionConsumerRetentionCovered = "ConsumerRetentionCovered"
+	// An Outbox's DatabaseDurable (a warning, not part of Ready; the
+	// IdempotentConsumer's condition type and reasons): False
+	// (AsynchronousStandby) when a standby replicates asynchronously, so a
+	// failover can lose a transaction whose event the relay has published.
 
 	// ReasonConsumerRetentionCovered: every such consumer's retention is
 	// long enough.

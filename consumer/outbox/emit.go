@@ -40,6 +40,11 @@ import (
 //     for an XA/JTA transaction) none is sent, and the relay finds the row
 //     by polling.
 //
+// The function sets synchronous_commit to on for the rest of the caller's
+// transaction when it is off or local: the relay publishes what is visible,
+// and a commit made visible before it is flushed (or before the synchronous
+// standbys have it) could be lost after its event is in Kafka.
+//
 // With a limit (WithMaxMessageBytes), an event whose record would be larger
 // than the relay sends is refused (SQLSTATE 54000, program_limit_exceeded):
 // committed, it would hold the stream until the limit is raised. The size
@@ -81,6 +86,13 @@ BEGIN
   END IF;
   IF $5 IS NOT NULL AND $5 <> '' THEN
     _h := _h || jsonb_build_object('traceparent', $5);
+  END IF;
+  -- Visible must mean durable: a commit that returns before its WAL is
+  -- flushed (off) is visible at once, the relay publishes its event, and a
+  -- crash loses the transaction; one that does not wait for the
+  -- synchronous standbys (local) is lost by a failover to them.
+  IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+    PERFORM set_config('synchronous_commit', 'on', true);
   END IF;%s
   IF $2 IS NOT NULL THEN
     PERFORM pg_advisory_xact_lock(%d, hashtext($1 || ':' || encode($2, 'base64')));
