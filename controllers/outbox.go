@@ -437,7 +437,7 @@ func (r *OutboxReconciler) outboxDatabase(ctx context.Context, s *outboxState) e
 	}
 	dctx, cancel := context.WithTimeout(ctx, r.Options.DatabaseTimeout)
 	defer cancel()
-	if err := outbox.Ensure(dctx, pool, s.tbl, string(obj.UID), outbox.WithMaxMessageBytes(int(obj.MaxMessageBytes()))); err != nil {
+	if err := outbox.Ensure(dctx, pool, s.tbl, string(obj.UID), outbox.WithMaxMessageBytes(int(obj.MaxMessageBytes())), outbox.WithTopics(obj.Spec.Kafka.Topics)); err != nil {
 		var own *dedup.OwnershipError
 		if errors.As(err, &own) {
 			reason, msg := kafkav1alpha1.ReasonTableClaimed, fmt.Sprintf(

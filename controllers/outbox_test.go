@@ -563,6 +563,10 @@ func TestOutboxRolesAndDatabaseProblems(t *testing.T) {
 	if _, err := em.Exec(ctx, `SELECT shop.roles_outbox_emit('orders', 'k'::bytea, $1::bytea)`, make([]byte, 3000)); !errors.As(err, &pe) || pe.Code != "54000" || !strings.Contains(pe.Message, "2000 bytes") {
 		t.Errorf("emitting 3000 bytes with spec.relay.maxMessageBytes 2000: %v, want SQLSTATE 54000 naming the limit", err)
 	}
+	// ... and an event to a topic not in spec.kafka.topics.
+	if _, err := em.Exec(ctx, `SELECT shop.roles_outbox_emit('ledger-internal', 'k'::bytea, 'p'::bytea)`); !errors.As(err, &pe) || pe.Code != "22023" || !strings.Contains(pe.Message, "'ledger-internal'") {
+		t.Errorf("emitting to a topic not in spec.kafka.topics: %v, want SQLSTATE 22023 naming it", err)
+	}
 	if o.Status.RelayRole != relay.Name {
 		t.Errorf("status.relayRole %q, want %q", o.Status.RelayRole, relay.Name)
 	}

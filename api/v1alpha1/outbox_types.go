@@ -46,9 +46,11 @@ type OutboxKafkaSpec struct {
 	// operator checks that each exists (KafkaReady) and compares the dedup
 	// retention of the IdempotentConsumers of this namespace reading them
 	// with this outbox's retention plus the topic's
-	// (ConsumerRetentionCovered). The relay publishes each row to the topic
-	// the row names; a row naming a topic that does not exist holds the
-	// relay at that row (docs/outbox.md, "Bad input").
+	// (ConsumerRetentionCovered). The emit function refuses an event to any
+	// other topic (SQLSTATE 22023). The relay publishes each row to the topic
+	// the row names; a row naming a topic that does not exist (deleted after
+	// the event was emitted) holds the relay at that row (docs/outbox.md,
+	// "Bad input").
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64

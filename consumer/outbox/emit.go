@@ -53,12 +53,26 @@ import (
 // SECURITY INVOKER with a pinned search_path, as the claim functions: it runs
 // with the caller's privileges (INSERT on the table), and no operator or
 // type of the caller's schemas can change what it does.
-func emitFunctionSQL(t Table, maxMessageBytes int) string {
+func emitFunctionSQL(t Table, o ensureOptions) string {
 	t = t.WithDefaults()
 	lit := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-	sizeCheck := ""
+	maxMessageBytes := o.maxMessageBytes
+	topicCheck := ""
+	if len(o.topics) > 0 {
+		lits := make([]string, len(o.topics))
+		for i, tp := range o.topics {
+			lits[i] = lit(tp)
+		}
+		list := strings.Join(o.topics, ", ")
+		topicCheck = fmt.Sprintf(`
+  IF NOT ($1 = ANY (ARRAY[%s]::text[])) THEN
+    RAISE EXCEPTION 'emitting to outbox %s: topic %% is not one the outbox publishes to (%s): committed, it would hold the relay''s stream or go where the service should not publish; add it to the Outbox''s spec.kafka.topics', pg_catalog.quote_literal($1)
+      USING ERRCODE = '22023';
+  END IF;`, strings.Join(lits, ", "), strings.ReplaceAll(t.String(), "'", "''"), strings.ReplaceAll(strings.ReplaceAll(list, "'", "''"), "%", "%%"))
+	}
+	sizeCheck := topicCheck
 	if maxMessageBytes > 0 {
-		sizeCheck = fmt.Sprintf(`
+		sizeCheck += fmt.Sprintf(`
   _size := %d + octet_length($1) + coalesce(octet_length($2), 0) + coalesce(octet_length($3), 0)
            + coalesce((SELECT sum(octet_length(e.key) + octet_length(e.value) + 8) FROM jsonb_each_text(_h) e), 0);
   IF _size > %d THEN

@@ -89,3 +89,47 @@ func TestEmit_RefusesARecordOverTheRelaysLimit(t *testing.T) {
 		t.Errorf("with no limit: %v", err)
 	}
 }
+
+// TestEmit_RefusesATopicTheOutboxDoesNotPublishTo: with the outbox's topics
+// given (an Outbox's spec.kafka.topics), an event to another topic (a typo,
+// or a topic the emitter should not reach with the relay's Kafka identity)
+// is refused in the emitting transaction, SQLSTATE 22023 naming the topic
+// and the list; committed, it would hold the relay's stream (unknown topic)
+// or publish where it should not.
+func TestEmit_RefusesATopicTheOutboxDoesNotPublishTo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	pool := consumertest.NewPool(t)
+	tbl := Table{Name: "outbox"}
+	if err := Ensure(ctx, pool, tbl, "topics-test", WithTopics([]string{"orders", "invoices's"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Maintain(ctx, pool, tbl, time.Now(), 1, 48*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	emit := func(topic string) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := Emit(ctx, tx, tbl, Message{Topic: topic, Key: []byte("k")})
+			return err
+		})
+	}
+	for _, ok := range []string{"orders", "invoices's"} {
+		if err := emit(ok); err != nil {
+			t.Errorf("emitting to %q, one of the outbox's topics: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"ledger-internal", "Orders", "orders "} {
+		err := emit(bad)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "22023" || !strings.Contains(pe.Message, "topic '"+bad+"' is not one") || !strings.Contains(pe.Message, "(orders, invoices's)") {
+			t.Errorf("emitting to %q: %v, want SQLSTATE 22023 naming it and the outbox's topics", bad, err)
+		}
+	}
+	// Without a list, any topic (the library's default).
+	if err := Ensure(ctx, pool, tbl, "topics-test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := emit("ledger-internal"); err != nil {
+		t.Errorf("with no topic list: %v", err)
+	}
+}

@@ -109,7 +109,20 @@ func NewEngine(pool *pgxpool.Pool, t Table, opts ...dedup.Option) (*dedup.Engine
 // EnsureOption changes what Ensure installs.
 type EnsureOption func(*ensureOptions)
 
-type ensureOptions struct{ maxMessageBytes int }
+type ensureOptions struct {
+	maxMessageBytes int
+	topics          []string
+}
+
+// WithTopics sets the topics the outbox publishes to (an Outbox's
+// spec.kafka.topics): the emit function refuses an event to any other
+// (SQLSTATE 22023), in the emitting transaction, instead of a committed row
+// that holds the relay's stream (the topic does not exist) or goes where the
+// relay's Kafka identity may write and the emitter should not. Empty (the
+// default): any topic.
+func WithTopics(topics []string) EnsureOption {
+	return func(o *ensureOptions) { o.topics = append([]string(nil), topics...) }
+}
 
 // WithMaxMessageBytes sets the largest record the emit function accepts:
 // the relays' MaxMessageBytes (Config), default DefaultMaxMessageBytes. An
@@ -162,7 +175,7 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string, opts
 			return err
 		}
 		// EXECUTE is PUBLIC's by default; Grant gives it to emitters.
-		_, err = conn.Exec(ctx, emitFunctionSQL(t, o.maxMessageBytes)+";\nREVOKE ALL ON FUNCTION "+emitIdent(t)+"(text, bytea, bytea, jsonb, text) FROM PUBLIC")
+		_, err = conn.Exec(ctx, emitFunctionSQL(t, o)+";\nREVOKE ALL ON FUNCTION "+emitIdent(t)+"(text, bytea, bytea, jsonb, text) FROM PUBLIC")
 		if err != nil {
 			return fmt.Errorf("installing %s: %w", t.EmitFunction(), err)
 		}
