@@ -606,6 +606,7 @@ var requiredAlerts = []string{
 	// issue 34, the transactional outbox's relay
 	"IdempotentOutboxBehind",
 	"IdempotentOutboxNoOwner",
+	"IdempotentOutboxNoRelay",
 	"IdempotentOutboxPublishFailing",
 }
 
