@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/segmentio/kafka-go"
 )
@@ -161,6 +162,11 @@ type Relay struct {
 
 	lockKey     int64
 	window      *windowBounds
+	// ahead: the rows read ahead of the page at cursor aheadFor were too
+	// many for one batch, and those up to aheadAfter (in event_id order)
+	// were handed over; the next read of that page goes on after it.
+	aheadFor   *cursor
+	aheadAfter uuid.UUID
 	lastMetrics time.Time
 
 	health sync.Mutex // Health reads what the relay's goroutine writes
@@ -322,7 +328,7 @@ func (r *Relay) session(ctx context.Context) (owned bool, err error) {
 	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{r.tbl.Channel()}.Sanitize()+`; SET synchronous_commit = off; SET enable_sort = off; SET jit = off`); err != nil {
 		return true, fmt.Errorf("listening on %s: %w", r.tbl.Channel(), err)
 	}
-	r.window = nil
+	r.window, r.aheadFor = nil, nil
 	return true, r.own(ctx, conn, cur)
 }
 
@@ -367,7 +373,7 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 			r.cfg.Metrics.Failures.WithLabelValues(pe.Reason).Inc()
 			r.progress(true, pe.Reason)
 			r.log.Error("outbox relay could not publish; keeping its place and retrying", "reason", pe.Reason, "topic", pe.Topic, "err", pe.Err, "attempt", failures+1)
-			next, r.window = nil, nil // read the batch and its window's bounds again with the retry
+			next, r.window, r.aheadFor = nil, nil, nil // read the batch and its window's bounds again with the retry
 			if rerr != nil {
 				r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
 				return rerr

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -360,5 +361,101 @@ func TestRelay_GaugesWhileFailingAndAfterOwnershipIsLost(t *testing.T) {
 	waitFor(t, 10*time.Second, "the relay to report it is not the owner", func() bool { return !r.owner() })
 	if b, a := testutil.ToFloat64(r.metrics.Backlog), testutil.ToFloat64(r.metrics.OldestAge); b != 0 || a != 0 {
 		t.Fatalf("a relay that is not the owner reports backlog %v, oldest unpublished age %v; want 0 and 0", b, a)
+	}
+}
+
+// TestRelay_BoundsTheRowsReadAheadOfAPage (review finding 2): a key with
+// many events committed while an older transaction X was open, X emitting
+// on the key last, and a transaction H between them still open (the
+// horizon): X's window closes at H, and the key's newer rows, beyond H, are
+// read ahead of X's row. They were all one batch (a million of them: one
+// call that could not be acknowledged within a publish timeout, retried for
+// ever). They go out in batches of at most BatchSize, in event_id order,
+// and X's row after them all.
+func TestRelay_BoundsTheRowsReadAheadOfAPage(t *testing.T) {
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	e.kafka.MustCreateTopic(t, "orders", 2)
+	txX, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = txX.Rollback(ctx) }()
+	if _, err := txX.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	txH, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = txH.Rollback(ctx) }()
+	if _, err := txH.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	const newer, batch = 1000, 50
+	for i := range newer / 100 {
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			for j := range 100 {
+				if _, err := outbox.Emit(ctx, tx, e.tbl, outbox.Message{Topic: "orders", Key: []byte("k"), Payload: []byte(fmt.Sprint(i*100 + j))}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := outbox.Emit(ctx, txX, e.tbl, outbox.Message{Topic: "orders", Key: []byte("k"), Payload: []byte("X")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := txX.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		maxN int
+	)
+	e.start(t, func(c *outbox.Config) {
+		c.BatchSize = batch
+		c.OnPublish = func(_, _ time.Time, n int) {
+			mu.Lock()
+			maxN = max(maxN, n)
+			mu.Unlock()
+		}
+	})
+	var got []record
+	for want, deadline := newer+1, time.Now().Add(60*time.Second); time.Now().Before(deadline); {
+		got = e.readTopic(t, "orders", 2, want, 10*time.Second)
+		seen := map[string]bool{}
+		for _, r := range got {
+			seen[r.id] = true
+		}
+		if len(seen) == newer+1 {
+			break
+		}
+		want = len(got) + newer + 1 - len(seen)
+	}
+	// First publications of the key in event_id order, the older
+	// transaction's last.
+	seen := map[string]bool{}
+	var firsts []string
+	for _, r := range got {
+		if !seen[r.id] {
+			seen[r.id] = true
+			firsts = append(firsts, r.id)
+		}
+	}
+	if len(firsts) != newer+1 {
+		t.Fatalf("%d distinct events published, want %d", len(firsts), newer+1)
+	}
+	if !slices.IsSorted(firsts) || firsts[newer] != last.String() {
+		t.Errorf("first publications of key k out of event_id order (last %s, want %s)", firsts[newer], last)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxN > 2*batch {
+		t.Errorf("one publish had %d records; BatchSize %d bounds a page and the rows read ahead of it to %d", maxN, batch, 2*batch)
 	}
 }

@@ -115,6 +115,18 @@ func (r *Relay) readBatch(ctx context.Context, conn *pgx.Conn, c cursor) (batch,
 	if c.after != nil {
 		after = *c.after
 	}
+	// The rows read ahead are bounded too (BatchSize + 1, in event_id
+	// order, after those of this page handed over already): a key with a
+	// million events committed while an older transaction on it was open
+	// would otherwise make one batch of them all. Their ids are found
+	// through the tx index first (a: usually none), sorted and cut (f),
+	// and only those rows read: ordered by the primary key instead, the
+	// planner walked the whole table from the smallest id.
+	aheadAfter := uuid.Nil
+	if r.aheadFor != nil && sameCursor(*r.aheadFor, c) {
+		aheadAfter = r.aheadAfter
+	}
+	r.aheadFor = nil
 	rows, err := conn.Query(ctx, `
 WITH p AS (
 SELECT o.event_id, o.topic, o.key, o.payload, o.headers, o.created_at
@@ -122,14 +134,18 @@ SELECT o.event_id, o.topic, o.key, o.payload, o.headers, o.created_at
  WHERE o.event_id >= $1 AND o.event_id <= $2 AND o.event_id > $3
    AND o.tx >= $4::text::pg_catalog.xid8 AND o.tx < $5::text::pg_catalog.xid8
  ORDER BY o.event_id
- LIMIT $6)
+ LIMIT $6),
+a AS MATERIALIZED (
+SELECT o.event_id
+  FROM `+r.tbl.ident()+` o
+ WHERE o.tx >= $5::text::pg_catalog.xid8 AND o.event_id > $7
+   AND EXISTS (SELECT FROM p WHERE p.topic = o.topic AND p.key = o.key AND p.event_id > o.event_id)),
+f AS (SELECT a.event_id FROM a ORDER BY a.event_id LIMIT $6 + 1)
 SELECT false, p.event_id, p.topic, p.key, p.payload, p.headers, p.created_at FROM p
 UNION ALL
 SELECT true, o.event_id, o.topic, o.key, o.payload, o.headers, o.created_at
-  FROM `+r.tbl.ident()+` o
- WHERE o.tx >= $5::text::pg_catalog.xid8
-   AND EXISTS (SELECT FROM p WHERE p.topic = o.topic AND p.key = o.key AND p.event_id > o.event_id)`,
-		r.window.min, r.window.max, after, strconv.FormatUint(c.lo, 10), strconv.FormatUint(c.hi, 10), r.cfg.BatchSize)
+  FROM f JOIN `+r.tbl.ident()+` o ON o.event_id = f.event_id`,
+		r.window.min, r.window.max, after, strconv.FormatUint(c.lo, 10), strconv.FormatUint(c.hi, 10), r.cfg.BatchSize, aheadAfter)
 	if err != nil {
 		return b, fmt.Errorf("reading the window %s: %w", c, err)
 	}
@@ -148,6 +164,17 @@ SELECT true, o.event_id, o.topic, o.key, o.payload, o.headers, o.created_at
 	if len(page) == 0 { // nothing after the position: the window is done
 		c.lo, c.after = c.hi, nil
 		b.next, b.moved = c, true
+		return b, nil
+	}
+	if len(ahead) > r.cfg.BatchSize {
+		// More rows ahead of this page than one batch: hand over the first
+		// BatchSize of them (in event_id order, so a key's are in order)
+		// and stay at this page; the next read goes on after them. Their
+		// key's rows of the page go out only once all of them have.
+		ahead = ahead[:r.cfg.BatchSize]
+		held := c
+		r.aheadFor, r.aheadAfter = &held, ahead[len(ahead)-1].id
+		b.rows, b.moved = ahead, true
 		return b, nil
 	}
 	// Bound the bytes of one publish (docs/design.md: one record batch per
@@ -204,6 +231,10 @@ SELECT (SELECT x.h::text FROM x), (SELECT w.event_id FROM w ORDER BY w.event_id 
 		return 0, nil, nil, fmt.Errorf("reading the window from %d: %w", lo, err)
 	}
 	return h, min, max, nil
+}
+
+func sameCursor(a, b cursor) bool {
+	return a.lo == b.lo && a.hi == b.hi && (a.after == nil) == (b.after == nil) && (a.after == nil || *a.after == *b.after)
 }
 
 func (r *Relay) setWindow(c cursor, lo, hi *uuid.UUID) {
