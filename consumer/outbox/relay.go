@@ -160,13 +160,13 @@ type Relay struct {
 	log    *slog.Logger
 	source string // the records' ce_source: /outbox/<schema>.<table>
 
-	lockKey     int64
-	window      *windowBounds
+	lockKey int64
+	window  *windowBounds
 	// ahead: the rows read ahead of the page at cursor aheadFor were too
 	// many for one batch, and those up to aheadAfter (in event_id order)
 	// were handed over; the next read of that page goes on after it.
-	aheadFor   *cursor
-	aheadAfter uuid.UUID
+	aheadFor    *cursor
+	aheadAfter  uuid.UUID
 	lastMetrics time.Time
 
 	health sync.Mutex // Health reads what the relay's goroutine writes
