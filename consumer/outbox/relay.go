@@ -24,6 +24,12 @@ const (
 	DefaultBackoff         = 100 * time.Millisecond
 	DefaultMaxBackoff      = 30 * time.Second
 	DefaultMetricsInterval = 5 * time.Second
+
+	// backlogCountLimit bounds the rows the backlog gauge counts.
+	backlogCountLimit = 1000000
+	// minScanTimeout is the least deadline of the statements whose work
+	// grows with the backlog (opening a window, counting the backlog).
+	minScanTimeout = 10 * time.Minute
 )
 
 // Config configures a Relay.
@@ -437,15 +443,25 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 	}
 }
 
-// readBatchWithin is readBatch with a deadline of StallTimeout: a database
-// that does not answer (a network black hole) ends the session, and the
-// relay starts over, rather than wait for the kernel to give up on the
-// connection. Every statement of the owner has one.
+// readBatchWithin is readBatch with deadlines: a database that does not
+// answer (a network black hole) ends the session, and the relay starts
+// over, rather than wait for the kernel to give up on the connection. Every
+// statement of the owner has one: StallTimeout, or scanTimeout for opening
+// a window (readBatch).
 func (r *Relay) readBatchWithin(ctx context.Context, conn *pgx.Conn, c cursor) (batch, error) {
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.StallTimeout)
-	defer cancel()
-	return r.readBatch(sctx, conn, c)
+	return r.readBatch(ctx, conn, c)
 }
+
+// scanTimeout is the deadline of the statements whose work grows with the
+// backlog: opening a window reads every event_id of it (after an outage,
+// the whole backlog: about 0.4 s a million rows), and the backlog count
+// reads up to backlogCountLimit rows. With the deadline of the other
+// statements, a backlog of some millions (75 million with the defaults, one
+// with a publish timeout of 100 ms) ended every owner's session there, for
+// ever. Nothing is published while they run, so a longer wait does not
+// bear on the fencing; a database gone silent meanwhile still drops the
+// session (and its lock) through its TCP keepalives.
+func (r *Relay) scanTimeout() time.Duration { return max(r.cfg.StallTimeout, minScanTimeout) }
 
 // idle waits for a notification or the poll interval, reading the metrics
 // first when they are due.
@@ -469,19 +485,24 @@ func (r *Relay) idle(ctx context.Context, conn *pgx.Conn) error {
 
 // readMetrics reads the backlog and the oldest unpublished row's age: the
 // rows at or above the cursor's lower bound, less those of the open window
-// already published.
+// already published. It counts at most backlogCountLimit rows, under
+// scanTimeout; beyond that the age is the oldest of the rows counted (found
+// through the tx index, mostly those of the oldest transactions). An ORDER
+// BY tx made the planner walk every partition's tx index from its start.
 func (r *Relay) readMetrics(ctx context.Context, conn *pgx.Conn) error {
 	r.lastMetrics = time.Now()
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.StallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.scanTimeout())
 	defer cancel()
 	var (
 		n   int64
 		age float64
 	)
 	err := conn.QueryRow(ctx, `
-SELECT count(*), coalesce(extract(epoch FROM pg_catalog.clock_timestamp() - min(o.created_at)), 0)::float8
-  FROM `+r.tbl.ident()+` o, `+r.tbl.cursorIdent()+` c
- WHERE o.tx >= c.lo AND (o.tx >= c.hi OR c.after IS NULL OR o.event_id > c.after)`).Scan(&n, &age)
+SELECT count(*), coalesce(extract(epoch FROM pg_catalog.clock_timestamp() - min(b.created_at)), 0)::float8
+  FROM (SELECT o.created_at
+          FROM `+r.tbl.ident()+` o, `+r.tbl.cursorIdent()+` c
+         WHERE o.tx >= c.lo AND (o.tx >= c.hi OR c.after IS NULL OR o.event_id > c.after)
+         LIMIT $1) b`, backlogCountLimit).Scan(&n, &age)
 	if err != nil {
 		return fmt.Errorf("reading the backlog: %w", err)
 	}

@@ -459,3 +459,52 @@ func TestRelay_BoundsTheRowsReadAheadOfAPage(t *testing.T) {
 		t.Errorf("one publish had %d records; BatchSize %d bounds a page and the rows read ahead of it to %d", maxN, batch, 2*batch)
 	}
 }
+
+// TestRelay_ABacklogLargerThanAStatementCanReadAtOnce (review finding 1):
+// after an outage the next window was the whole backlog, and opening it
+// (every event_id of it) and counting it took longer than the owner's
+// statement deadline: each owner's session ended there, for ever, with the
+// backlog gauges at 0. Those two statements have a deadline of their own
+// (at least 10 minutes), the count stops at a million rows, and the relay
+// publishes.
+func TestRelay_ABacklogLargerThanAStatementCanReadAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a backlog of 1M rows: skipped with -short")
+	}
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	e.kafka.MustCreateTopic(t, "orders", 4)
+	// 1M rows in 1,000 transactions, as services would have emitted them
+	// while the relay was down.
+	if _, err := e.pool.Exec(ctx, `DO $$
+BEGIN
+  FOR t IN 0..999 LOOP
+    INSERT INTO public.outbox (event_id, topic, key, payload)
+    SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp())*1000)::bigint - 1000), 12, '0') || '7' || lpad(to_hex(i / 1000000), 3, '0') || '8' || lpad(to_hex(i), 15, '0'))::uuid,
+           'orders', convert_to('k' || (i % 100), 'UTF8'), convert_to('{"n":' || i || '}', 'UTF8')
+      FROM generate_series(t * 1000, t * 1000 + 999) i;
+    COMMIT;
+  END LOOP;
+END $$`, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `ANALYZE public.outbox`); err != nil {
+		t.Fatal(err)
+	}
+	// Every statement of the owner has this deadline; reading 1M event ids
+	// (or counting 1M rows) takes longer on this machine.
+	r := e.start(t, func(c *outbox.Config) {
+		c.PublishTimeout, c.StallTimeout = 100*time.Millisecond, 200*time.Millisecond
+		c.MetricsInterval = 200 * time.Millisecond
+	})
+	// Before: no row published in 30 s, every session ended at "reading
+	// the window ...: timeout". (A page or a publish that misses its short
+	// deadline on a loaded machine only costs a retry.)
+	waitFor(t, 60*time.Second, "20,000 rows published, with the backlog counted", func() bool {
+		return testutil.ToFloat64(r.metrics.Published) >= 20000 && testutil.ToFloat64(r.metrics.Backlog) > 0
+	})
+	t.Logf("database failures (sessions ended): %v", testutil.ToFloat64(r.metrics.Failures.WithLabelValues(outbox.ReasonDatabase)))
+	if b := testutil.ToFloat64(r.metrics.Backlog); b > 1000000 {
+		t.Errorf("backlog gauge %v: counted beyond a million rows", b)
+	}
+}

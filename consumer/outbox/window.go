@@ -82,8 +82,12 @@ func parseXid(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
 // the page sees them too. r.window caches the open window's smallest and
 // largest event_id (read once per window). The relay owns the cursor while
 // it holds the lock, so c is its own copy, not read from the table.
-func (r *Relay) readBatch(ctx context.Context, conn *pgx.Conn, c cursor) (batch, error) {
+func (r *Relay) readBatch(parent context.Context, conn *pgx.Conn, c cursor) (batch, error) {
 	b := batch{next: c}
+	// Deadlines (readBatchWithin): opening a window scans it (scanTimeout),
+	// the rest is a page (StallTimeout).
+	ctx, cancel := context.WithTimeout(parent, r.scanTimeout())
+	defer cancel()
 	if c.lo == c.hi { // closed: open the next window, if the horizon moved
 		h, lo, hi, err := r.readBounds(ctx, conn, c.hi, nil)
 		if err != nil {
@@ -108,6 +112,8 @@ func (r *Relay) readBatch(ctx context.Context, conn *pgx.Conn, c cursor) (batch,
 		b.next, b.moved = c, true
 		return b, nil
 	}
+	ctx, cancelPage := context.WithTimeout(parent, r.cfg.StallTimeout)
+	defer cancelPage()
 	// The lower bound is one index condition: "after IS NULL OR event_id >
 	// after" was a filter in the generic plan, and each page walked the
 	// window from its first row (quadratic in the window's pages).
