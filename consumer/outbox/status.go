@@ -14,7 +14,9 @@ import (
 // page or an operator: read-only, and read in one snapshot.
 type Stats struct {
 	// Backlog counts the committed rows not yet published (the relay's
-	// own idempotent_consumer_outbox_backlog, computed the same way).
+	// own idempotent_consumer_outbox_backlog, computed the same way), up
+	// to a million: a count of a larger backlog would take longer than a
+	// status read may.
 	Backlog int64
 	// OldestUnpublished is the created_at of the oldest of them; zero
 	// when the backlog is empty.
@@ -55,9 +57,11 @@ func ReadStats(ctx context.Context, pool *pgxpool.Pool, t Table) (Stats, error) 
 		// window's start, less those of the open window already published.
 		var oldest *time.Time
 		err = tx.QueryRow(ctx, `
-SELECT count(*), min(o.created_at)
-  FROM `+t.ident()+` o, `+t.cursorIdent()+` c
- WHERE o.tx >= c.lo AND (o.tx >= c.hi OR c.after IS NULL OR o.event_id > c.after)`).Scan(&st.Backlog, &oldest)
+SELECT count(*), min(b.created_at)
+  FROM (SELECT o.created_at
+          FROM `+t.ident()+` o, `+t.cursorIdent()+` c
+         WHERE o.tx >= c.lo AND (o.tx >= c.hi OR c.after IS NULL OR o.event_id > c.after)
+         LIMIT $1) b`, backlogCountLimit).Scan(&st.Backlog, &oldest)
 		if err != nil {
 			return fmt.Errorf("reading the backlog of outbox %s: %w", t, err)
 		}
