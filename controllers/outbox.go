@@ -66,6 +66,9 @@ const OutboxControllerName = "outbox"
 // Event reasons of the Outbox controller that are not a condition's reason.
 const (
 	ReasonOutboxTableCreated = "TableReady"
+	// ReasonOutboxRoleRevoked: the privileges of a former relay or
+	// emitter role were taken back (a Normal Event).
+	ReasonOutboxRoleRevoked = "RoleRevoked"
 	ReasonRelayRoleGranted   = "RelayRoleGranted"
 	ReasonEmitterRoleGranted = "EmitterRoleGranted"
 )
@@ -454,7 +457,9 @@ func (r *OutboxReconciler) outboxDatabase(ctx context.Context, s *outboxState) e
 		fail(reason, describeDatabaseError(reason, err), transient)
 		return nil
 	}
-	// Least privilege: the relay's own role, and the emitters'.
+	// Least privilege: the relay's own role, and the emitters'; what a
+	// former one was granted is taken back below.
+	prevRelay := obj.Status.RelayRole
 	obj.Status.RelayRole = ""
 	if ref := obj.Spec.Database.RelayURLSecretRef; ref != nil {
 		rv, prob, err := r.secret(ctx, s, *ref, true)
@@ -481,7 +486,40 @@ func (r *OutboxReconciler) outboxDatabase(ctx context.Context, s *outboxState) e
 			fail(kafkav1alpha1.ReasonGrantFailed, fmt.Sprintf("Granting emitter role %s INSERT and EXECUTE on %s failed (does the role exist?): %v", quoteRole(role), s.tbl, err), true)
 			return nil
 		}
+		if !slices.Contains(obj.Status.EmitterRoles, role) {
+			obj.Status.EmitterRoles = append(obj.Status.EmitterRoles, role)
+		}
 	}
+	// Take back what former roles were granted: never from the operator's
+	// own role (the table's owner), nor from a role still granted the same
+	// access. A revoke that fails is retried on the next reconcile (the
+	// role stays in status until then).
+	owner := urlUser(val.value)
+	if prevRelay != "" && prevRelay != obj.Status.RelayRole && prevRelay != owner {
+		if err := outbox.Revoke(dctx, pool, s.tbl, prevRelay, outbox.AccessRelay); err != nil {
+			fail(kafkav1alpha1.ReasonGrantFailed, fmt.Sprintf("Taking back the relay privileges of former relay role %s on %s failed: %v", quoteRole(prevRelay), s.tbl, err), true)
+			obj.Status.RelayRole = prevRelay
+			return nil
+		}
+		r.event(obj, corev1.EventTypeNormal, ReasonOutboxRoleRevoked, actionEnsureOutbox, fmt.Sprintf("Took back the relay privileges of former relay role %s on %s", quoteRole(prevRelay), s.tbl))
+	}
+	var kept, stale []string
+	for _, role := range obj.Status.EmitterRoles {
+		if slices.Contains(obj.Spec.Database.EmitterRoles, role) {
+			kept = append(kept, role)
+		} else if role != owner {
+			stale = append(stale, role)
+		}
+	}
+	for i, role := range stale {
+		if err := outbox.Revoke(dctx, pool, s.tbl, role, outbox.AccessEmitter); err != nil {
+			fail(kafkav1alpha1.ReasonGrantFailed, fmt.Sprintf("Taking back the emit privileges of former emitter role %s on %s failed: %v", quoteRole(role), s.tbl, err), true)
+			obj.Status.EmitterRoles = append(kept, stale[i:]...)
+			return nil
+		}
+		r.event(obj, corev1.EventTypeNormal, ReasonOutboxRoleRevoked, actionEnsureOutbox, fmt.Sprintf("Took back the emit privileges of former emitter role %s on %s", quoteRole(role), s.tbl))
+	}
+	obj.Status.EmitterRoles = kept
 	s.pool = pool
 	r.outboxDurability(ctx, dctx, s, pool)
 	msg := fmt.Sprintf("Outbox table %s is ready; services emit with SELECT %s(topic, key, payload, headers, traceparent)", s.tbl, s.tbl.EmitFunction())

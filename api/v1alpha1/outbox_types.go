@@ -374,9 +374,16 @@ type OutboxStatus struct {
 
 	// relayRole is the database role last granted the relay's privileges
 	// (the user of spec.database.relayURLSecretRef); empty in the
-	// single-role setup.
+	// single-role setup. When it changes, the former one's are revoked.
 	// +optional
 	RelayRole string `json:"relayRole,omitempty"`
+
+	// emitterRoles are the roles last granted emit access
+	// (spec.database.emitterRoles); a role removed from the spec has it
+	// revoked.
+	// +optional
+	// +listType=set
+	EmitterRoles []string `json:"emitterRoles,omitempty"`
 }
 
 // +kubebuilder:object:root=true

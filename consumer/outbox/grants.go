@@ -68,6 +68,46 @@ func Grant(ctx context.Context, pool *pgxpool.Pool, t Table, role string, access
 	})
 }
 
+// Revoke takes back from role what Grant gave it for access on t: the
+// privileges on the table, the cursor table and the emit function, not
+// USAGE on the schema (which others may have granted it, and which alone
+// reaches nothing of the outbox). For a role that no longer emits or
+// relays: one removed from an Outbox's emitterRoles, a rotated relay role.
+// Revoking what a role does not hold changes nothing. It runs under the
+// table's maintenance lock.
+func Revoke(ctx context.Context, pool *pgxpool.Pool, t Table, role string, access Access) error {
+	t = t.WithDefaults()
+	if err := dedup.ValidateRole(role); err != nil {
+		return fmt.Errorf("revoking on outbox %s: %w", t, err)
+	}
+	r := pgx.Identifier{role}.Sanitize()
+	var stmts []string
+	switch access {
+	case AccessEmitter:
+		stmts = []string{"REVOKE INSERT ON TABLE " + t.ident() + " FROM " + r,
+			"REVOKE INSERT (" + insertColumns + ") ON TABLE " + t.ident() + " FROM " + r,
+			"REVOKE EXECUTE ON FUNCTION " + emitIdent(t) + "(text, bytea, bytea, jsonb, text) FROM " + r}
+	case AccessRelay:
+		stmts = []string{"REVOKE SELECT ON TABLE " + t.ident() + " FROM " + r,
+			"REVOKE SELECT, UPDATE ON TABLE " + t.cursorIdent() + " FROM " + r,
+			"REVOKE UPDATE (lo, hi, after, updated_at) ON TABLE " + t.cursorIdent() + " FROM " + r}
+	default:
+		return fmt.Errorf("revoking on outbox %s: unknown access %d", t, access)
+	}
+	eng, err := NewEngine(pool, t)
+	if err != nil {
+		return err
+	}
+	return eng.Locked(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		for _, s := range stmts {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				return fmt.Errorf("revoking on outbox %s: %s: %w", t, s, err)
+			}
+		}
+		return nil
+	})
+}
+
 // insertColumns are the columns an emitter may write: those the emit
 // function inserts.
 const insertColumns = "event_id, topic, key, payload, headers"

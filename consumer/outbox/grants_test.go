@@ -78,3 +78,56 @@ func TestGrant_LeastPrivilege(t *testing.T) {
 		t.Errorf("published %v, want %s", got, id)
 	}
 }
+
+// TestRevoke_TakesBackWhatGrantGave (review finding 5): a role that no
+// longer emits or relays (removed from an Outbox's emitterRoles, or a
+// relay role rotated) loses what Grant gave it on the outbox, and nothing
+// else: another role keeps its grants.
+func TestRevoke_TakesBackWhatGrantGave(t *testing.T) {
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	url := e.pool.Config().ConnString()
+	old := consumertest.NewRole(t, url, "oldemitter")
+	kept := consumertest.NewRole(t, url, "keptemitter")
+	relayRole := consumertest.NewRole(t, url, "oldrelay")
+	for _, g := range []struct {
+		role   string
+		access outbox.Access
+	}{{old.Name, outbox.AccessEmitter}, {kept.Name, outbox.AccessEmitter}, {relayRole.Name, outbox.AccessRelay}} {
+		if err := outbox.Grant(ctx, e.pool, e.tbl, g.role, g.access); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := outbox.Revoke(ctx, e.pool, e.tbl, old.Name, outbox.AccessEmitter); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Revoke(ctx, e.pool, e.tbl, relayRole.Name, outbox.AccessRelay); err != nil {
+		t.Fatal(err)
+	}
+	has := func(role, q string, args ...any) bool {
+		t.Helper()
+		var ok bool
+		if err := e.pool.QueryRow(ctx, q, append([]any{role}, args...)...).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	fn := "public.outbox_emit(text, bytea, bytea, jsonb, text)"
+	for _, c := range []struct {
+		what string
+		got  bool
+		want bool
+	}{
+		{"old emitter EXECUTE", has(old.Name, `SELECT has_function_privilege($1, $2, 'EXECUTE')`, fn), false},
+		{"old emitter INSERT (topic)", has(old.Name, `SELECT has_column_privilege($1, 'public.outbox', 'topic', 'INSERT')`), false},
+		{"kept emitter EXECUTE", has(kept.Name, `SELECT has_function_privilege($1, $2, 'EXECUTE')`, fn), true},
+		{"kept emitter INSERT (topic)", has(kept.Name, `SELECT has_column_privilege($1, 'public.outbox', 'topic', 'INSERT')`), true},
+		{"old relay SELECT", has(relayRole.Name, `SELECT has_table_privilege($1, 'public.outbox', 'SELECT')`), false},
+		{"old relay cursor UPDATE (lo)", has(relayRole.Name, `SELECT has_column_privilege($1, 'public.outbox_relay', 'lo', 'UPDATE')`), false},
+		{"old relay cursor SELECT", has(relayRole.Name, `SELECT has_table_privilege($1, 'public.outbox_relay', 'SELECT')`), false},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %v, want %v", c.what, c.got, c.want)
+		}
+	}
+}
