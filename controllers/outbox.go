@@ -68,7 +68,7 @@ const (
 	ReasonOutboxTableCreated = "TableReady"
 	// ReasonOutboxRoleRevoked: the privileges of a former relay or
 	// emitter role were taken back (a Normal Event).
-	ReasonOutboxRoleRevoked = "RoleRevoked"
+	ReasonOutboxRoleRevoked  = "RoleRevoked"
 	ReasonRelayRoleGranted   = "RelayRoleGranted"
 	ReasonEmitterRoleGranted = "EmitterRoleGranted"
 )
