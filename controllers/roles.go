@@ -20,6 +20,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -190,13 +192,27 @@ func (r *IdempotentConsumerReconciler) rolesCondition(ctx context.Context, s *re
 	r.warningCondition(ctx, s, actionGrantConsumerRole, kafkav1alpha1.ConditionDatabaseRoles, status, reason, message)
 }
 
-// urlUser is the user a database URL names, "" if it does not parse.
+// urlUser is the user a database URL (or key=value string) names, "" if
+// it names none or does not parse. pgconn.ParseConfig fills a missing user
+// from PGUSER or the operator's own OS user, which is not who the URL's
+// holder connects as: that fallback is not taken.
 func urlUser(u string) string {
 	cfg, err := pgconn.ParseConfig(u)
-	if err != nil {
+	if err != nil || !namesUser(u) {
 		return ""
 	}
 	return cfg.User
+}
+
+var dsnUserRE = regexp.MustCompile(`(?:^|\s)user\s*=`)
+
+// namesUser reports whether a connection string names its user itself.
+func namesUser(s string) bool {
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+		u, err := url.Parse(s)
+		return err == nil && (u.User != nil && u.User.Username() != "" || u.Query().Get("user") != "")
+	}
+	return dsnUserRE.MatchString(s)
 }
 
 // quoteRole quotes a role name for a message.
