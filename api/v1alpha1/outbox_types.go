@@ -206,11 +206,14 @@ type OutboxRelaySpec struct {
 	PublishTimeout *metav1.Duration `json:"publishTimeout,omitempty"`
 
 	// pollInterval is how often the relay looks for rows when no
-	// notification came. Default 1s.
+	// notification came, and how often a standby tries the ownership lock:
+	// it also sets how soon a standby takes over (and an owner whose
+	// session failed waits two of it before it connects again). Default
+	// 1s, at most 1m.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(h|m|s|ms))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10ms') && duration(self) <= duration('1h')",message="pollInterval must be between 10ms and 1h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10ms') && duration(self) <= duration('1m')",message="pollInterval must be between 10ms and 1m: it also sets how soon a standby relay takes over"
 	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
 
 	// batchSize bounds the rows of one publish. Default 500.
