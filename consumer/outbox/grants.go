@@ -54,18 +54,7 @@ func Grant(ctx context.Context, pool *pgxpool.Pool, t Table, role string, access
 	default:
 		return fmt.Errorf("granting on outbox %s: unknown access %d", t, access)
 	}
-	eng, err := NewEngine(pool, t)
-	if err != nil {
-		return err
-	}
-	return eng.Locked(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		for _, s := range stmts {
-			if _, err := conn.Exec(ctx, s); err != nil {
-				return fmt.Errorf("granting on outbox %s: %s: %w", t, s, err)
-			}
-		}
-		return nil
-	})
+	return runLocked(ctx, pool, t, "granting", stmts)
 }
 
 // Revoke takes back from role what Grant gave it for access on t: the
@@ -94,6 +83,11 @@ func Revoke(ctx context.Context, pool *pgxpool.Pool, t Table, role string, acces
 	default:
 		return fmt.Errorf("revoking on outbox %s: unknown access %d", t, access)
 	}
+	return runLocked(ctx, pool, t, "revoking", stmts)
+}
+
+// runLocked runs stmts in order under t's maintenance lock.
+func runLocked(ctx context.Context, pool *pgxpool.Pool, t Table, verb string, stmts []string) error {
 	eng, err := NewEngine(pool, t)
 	if err != nil {
 		return err
@@ -101,7 +95,7 @@ func Revoke(ctx context.Context, pool *pgxpool.Pool, t Table, role string, acces
 	return eng.Locked(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		for _, s := range stmts {
 			if _, err := conn.Exec(ctx, s); err != nil {
-				return fmt.Errorf("revoking on outbox %s: %s: %w", t, s, err)
+				return fmt.Errorf("%s on outbox %s: %s: %w", verb, t, s, err)
 			}
 		}
 		return nil
