@@ -171,8 +171,16 @@ type Relay struct {
 	// ahead: the rows read ahead of the page at cursor aheadFor were too
 	// many for one batch, and those up to aheadAfter (in event_id order)
 	// were handed over; the next read of that page goes on after it.
-	aheadFor    *cursor
-	aheadAfter  uuid.UUID
+	aheadFor   *cursor
+	aheadAfter uuid.UUID
+	// ackedAheadFor, ackedAheadAfter: the same, as of the last
+	// acknowledged batch (a retry starts there, not at the page's first
+	// rows ahead).
+	ackedAheadFor   *cursor
+	ackedAheadAfter uuid.UUID
+	// sentOK is when the last statement of the lock-holding session that
+	// succeeded was sent: the session held the lock then (fencing).
+	sentOK      time.Time
 	lastMetrics time.Time
 
 	health sync.Mutex // Health reads what the relay's goroutine writes
@@ -284,6 +292,17 @@ func (r *Relay) session(ctx context.Context) (owned bool, err error) {
 	if _, err := conn.Exec(ctx, `SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3`); err != nil {
 		r.log.Warn("outbox relay: could not set the session's TCP keepalives", "err", err)
 	}
+	// The server ends a statement of this session that runs past the
+	// longest deadline the relay gives one (scanTimeout), and (PostgreSQL
+	// 14 and later) checks every 10 s during a long one that the relay is
+	// still there: a relay that is gone does not keep the lock for the
+	// length of a large window's scan.
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`SET statement_timeout = %d`, r.scanTimeout().Milliseconds())); err != nil {
+		r.log.Warn("outbox relay: could not set the session's statement_timeout", "err", err)
+	}
+	if _, err := conn.Exec(ctx, `SET client_connection_check_interval = '10s'`); err != nil {
+		r.log.Debug("outbox relay: client_connection_check_interval not set (PostgreSQL before 14?)", "err", err)
+	}
 	if err := conn.QueryRow(ctx, `SELECT lock_key FROM `+r.tbl.cursorIdent()).Scan(&r.lockKey); err != nil {
 		r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
 		return false, fmt.Errorf("reading the ownership lock key: %w", err)
@@ -334,7 +353,7 @@ func (r *Relay) session(ctx context.Context) (owned bool, err error) {
 	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{r.tbl.Channel()}.Sanitize()+`; SET synchronous_commit = off; SET enable_sort = off; SET jit = off`); err != nil {
 		return true, fmt.Errorf("listening on %s: %w", r.tbl.Channel(), err)
 	}
-	r.window, r.aheadFor = nil, nil
+	r.window, r.aheadFor, r.ackedAheadFor = nil, nil, nil
 	return true, r.own(ctx, conn, cur)
 }
 
@@ -366,6 +385,22 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 			}
 			next = &b
 		}
+		// Fencing: a publish starts within TakeoverDelay - PublishTimeout
+		// of the send of a statement of this session that succeeded, so it
+		// ends before a new owner (which took the lock after that
+		// statement) publishes. After a long statement (opening a large
+		// window, counting the backlog) or an idle wait, ask again first.
+		if time.Since(r.sentOK) > r.fenceAge() {
+			sent := time.Now()
+			pctx, cancel := context.WithTimeout(ctx, r.fenceAge())
+			_, err := conn.Exec(pctx, `SELECT 1`)
+			cancel()
+			if err != nil {
+				r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
+				return fmt.Errorf("checking the session before a publish: %w", err)
+			}
+			r.sentOK = sent
+		}
 		// Publish next; meanwhile read the batch after it.
 		start := time.Now()
 		done := make(chan error, 1)
@@ -379,7 +414,8 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 			r.cfg.Metrics.Failures.WithLabelValues(pe.Reason).Inc()
 			r.progress(true, pe.Reason)
 			r.log.Error("outbox relay could not publish; keeping its place and retrying", "reason", pe.Reason, "topic", pe.Topic, "err", pe.Err, "attempt", failures+1)
-			next, r.window, r.aheadFor = nil, nil, nil // read the batch and its window's bounds again with the retry
+			next, r.window = nil, nil // read the batch and its window's bounds again with the retry
+			r.aheadFor, r.aheadAfter = r.ackedAheadFor, r.ackedAheadAfter
 			if rerr != nil {
 				r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
 				return rerr
@@ -405,6 +441,12 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 		}
 		failures = 0
 		r.progress(true, "")
+		if next.aheadEnd != nil {
+			held := next.next
+			r.ackedAheadFor, r.ackedAheadAfter = &held, *next.aheadEnd
+		} else {
+			r.ackedAheadFor = nil
+		}
 		if len(next.rows) > 0 {
 			r.cfg.Metrics.Published.Add(float64(len(next.rows)))
 			for _, o := range next.rows {
@@ -423,8 +465,12 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 		// opened the next (empty) window, whose write opened the next.
 		if len(next.rows) > 0 {
 			sctx, cancel := context.WithTimeout(ctx, r.cfg.StallTimeout)
+			sent := time.Now()
 			err := r.writeCursor(sctx, conn, next.next)
 			cancel()
+			if err == nil {
+				r.sentOK = sent
+			}
 			if err != nil {
 				r.cfg.Metrics.Failures.WithLabelValues(ReasonDatabase).Inc()
 				return err
@@ -449,7 +495,18 @@ func (r *Relay) own(ctx context.Context, conn *pgx.Conn, cur cursor) error {
 // statement of the owner has one: StallTimeout, or scanTimeout for opening
 // a window (readBatch).
 func (r *Relay) readBatchWithin(ctx context.Context, conn *pgx.Conn, c cursor) (batch, error) {
-	return r.readBatch(ctx, conn, c)
+	b, err := r.readBatch(ctx, conn, c)
+	if err == nil && !b.lastSent.IsZero() {
+		r.sentOK = b.lastSent
+	}
+	return b, err
+}
+
+// fenceAge is how long after the send of its last successful statement the
+// owner may still start a publish: the takeover delay less one publish,
+// with a margin of a tenth.
+func (r *Relay) fenceAge() time.Duration {
+	return max((r.cfg.TakeoverDelay-r.cfg.PublishTimeout)*9/10, 0)
 }
 
 // scanTimeout is the deadline of the statements whose work grows with the

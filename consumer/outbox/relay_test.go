@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -506,5 +507,105 @@ END $$`, pgx.QueryExecModeSimpleProtocol); err != nil {
 	t.Logf("database failures (sessions ended): %v", testutil.ToFloat64(r.metrics.Failures.WithLabelValues(outbox.ReasonDatabase)))
 	if b := testutil.ToFloat64(r.metrics.Backlog); b > 1000000 {
 		t.Errorf("backlog gauge %v: counted beyond a million rows", b)
+	}
+}
+
+// TestRelay_KeepsKeyOrderWhenRowsAheadFallBetweenPageRows (second review,
+// finding 1): X1 and X2 are older transactions than H (open: the horizon),
+// X1 emits p1 on key k and commits, newer transactions emit a1..an on k,
+// then X2 emits p2 on k. The window [.., H) holds p1 and p2, and a1..an
+// (beyond H) are read ahead of p2, with p1 < a1 < ... < an < p2. Handing
+// the rows ahead over in batches of their own put them before p1; each
+// batch is now a prefix, in event_id order, of the page and the rows
+// ahead: p1 first.
+func TestRelay_KeepsKeyOrderWhenRowsAheadFallBetweenPageRows(t *testing.T) {
+	ctx := testCtx(t)
+	e := newRelayEnv(t)
+	e.kafka.MustCreateTopic(t, "orders", 2)
+	begin := func() pgx.Tx {
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		if _, err := tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	x1, x2 := begin(), begin()
+	begin() // H: holds the horizon until the test ends
+	emit := func(tx pgx.Tx, payload string) uuid.UUID {
+		t.Helper()
+		id, err := outbox.Emit(ctx, tx, e.tbl, outbox.Message{Topic: "orders", Key: []byte("k"), Payload: []byte(payload)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	p1 := emit(x1, "p1")
+	if err := x1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const newer, batch = 120, 10
+	for i := range newer / 20 {
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			for j := range 20 {
+				emit(tx, fmt.Sprint("a", i*20+j))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	p2 := emit(x2, "p2")
+	if err := x2.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		maxN int
+	)
+	e.start(t, func(c *outbox.Config) {
+		c.BatchSize = batch
+		c.OnPublish = func(_, _ time.Time, n int) {
+			mu.Lock()
+			maxN = max(maxN, n)
+			mu.Unlock()
+		}
+	})
+	want := newer + 2
+	var got []record
+	for n, deadline := want, time.Now().Add(60*time.Second); time.Now().Before(deadline); {
+		got = e.readTopic(t, "orders", 2, n, 10*time.Second)
+		seen := map[string]bool{}
+		for _, r := range got {
+			seen[r.id] = true
+		}
+		if len(seen) == want {
+			break
+		}
+		n = len(got) + want - len(seen)
+	}
+	seen := map[string]bool{}
+	var firsts []string
+	for _, r := range got {
+		if !seen[r.id] {
+			seen[r.id] = true
+			firsts = append(firsts, r.id)
+		}
+	}
+	if len(firsts) != want {
+		t.Fatalf("%d distinct events published, want %d", len(firsts), want)
+	}
+	if firsts[0] != p1.String() || firsts[want-1] != p2.String() || !slices.IsSorted(firsts) {
+		t.Errorf("first publications of key k out of commit order: first %s (p1 %s), last %s (p2 %s), sorted %v",
+			firsts[0], p1, firsts[want-1], p2, slices.IsSorted(firsts))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxN > batch {
+		t.Errorf("one publish had %d records, more than BatchSize %d", maxN, batch)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 
 	"github.com/idempotency-dev/operator/consumer/dedup"
 	"github.com/jackc/pgx/v5"
@@ -120,7 +121,7 @@ type ensureOptions struct {
 // that holds the relay's stream (the topic does not exist) or goes where the
 // relay's Kafka identity may write and the emitter should not. Empty (the
 // default): any topic.
-func WithTopics(topics []string) EnsureOption {
+func WithTopics(topics []string) EnsureOption { // checked by Ensure (validTopic)
 	return func(o *ensureOptions) { o.topics = append([]string(nil), topics...) }
 }
 
@@ -148,6 +149,11 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string, opts
 	o := ensureOptions{maxMessageBytes: DefaultMaxMessageBytes}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	for _, tp := range o.topics {
+		if !validTopic(tp) {
+			return fmt.Errorf("ensuring outbox %s: invalid topic %q: a Kafka topic is 1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-', not '.' or '..'", t, tp)
+		}
 	}
 	if err := dedup.ValidateOwner(owner); err != nil {
 		return fmt.Errorf("ensuring outbox %s: %w", t, err)
@@ -260,3 +266,9 @@ ON CONFLICT DO NOTHING`,
 	}
 	return nil
 }
+
+// topicRE is a Kafka topic name; the emit function's topic list is built
+// from such names only (they are inside its dollar-quoted body).
+var topicRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+func validTopic(t string) bool { return topicRE.MatchString(t) && t != "." && t != ".." }

@@ -68,6 +68,13 @@ type batch struct {
 	// moved: next differs from the stored cursor (a window opened or
 	// closed, or rows were read) and must be written after the publish.
 	moved bool
+	// aheadEnd: the batch holds only rows read ahead of the page at next,
+	// up to this id; once it is acknowledged, a retry of that page goes on
+	// after it.
+	aheadEnd *uuid.UUID
+	// lastSent: when the batch's last statement was sent (its page, or
+	// the window's bounds); zero when it ran none.
+	lastSent time.Time
 }
 
 func parseXid(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
@@ -89,6 +96,7 @@ func (r *Relay) readBatch(parent context.Context, conn *pgx.Conn, c cursor) (bat
 	ctx, cancel := context.WithTimeout(parent, r.scanTimeout())
 	defer cancel()
 	if c.lo == c.hi { // closed: open the next window, if the horizon moved
+		b.lastSent = time.Now()
 		h, lo, hi, err := r.readBounds(ctx, conn, c.hi, nil)
 		if err != nil {
 			return b, err
@@ -101,6 +109,7 @@ func (r *Relay) readBatch(parent context.Context, conn *pgx.Conn, c cursor) (bat
 		r.setWindow(c, lo, hi)
 	}
 	if r.window == nil || r.window.lo != c.lo || r.window.hi != c.hi {
+		b.lastSent = time.Now()
 		_, lo, hi, err := r.readBounds(ctx, conn, c.lo, &c.hi)
 		if err != nil {
 			return b, err
@@ -133,6 +142,7 @@ func (r *Relay) readBatch(parent context.Context, conn *pgx.Conn, c cursor) (bat
 		aheadAfter = r.aheadAfter
 	}
 	r.aheadFor = nil
+	b.lastSent = time.Now()
 	rows, err := conn.Query(ctx, `
 WITH p AS (
 SELECT o.event_id, o.topic, o.key, o.payload, o.headers, o.created_at
@@ -172,40 +182,50 @@ SELECT true, o.event_id, o.topic, o.key, o.payload, o.headers, o.created_at
 		b.next, b.moved = c, true
 		return b, nil
 	}
+	// The batch is a prefix, in event_id order, of the page and the rows
+	// read ahead of it, of at most BatchSize rows and BatchBytes bytes
+	// (docs/design.md: one record batch per partition), keeping at least
+	// one row. A prefix keeps every key's order: a page row goes out only
+	// with every row of its key with a smaller id, which the prefix holds
+	// before it (the read-ahead is cut to its first BatchSize rows, all
+	// below any page row past them, which the count bound leaves out).
 	if len(ahead) > r.cfg.BatchSize {
-		// More rows ahead of this page than one batch: hand over the first
-		// BatchSize of them (in event_id order, so a key's are in order)
-		// and stay at this page; the next read goes on after them. Their
-		// key's rows of the page go out only once all of them have.
 		ahead = ahead[:r.cfg.BatchSize]
-		held := c
-		r.aheadFor, r.aheadAfter = &held, ahead[len(ahead)-1].id
-		b.rows, b.moved = ahead, true
-		return b, nil
 	}
-	// Bound the bytes of one publish (docs/design.md: one record batch per
-	// partition), keeping at least one row.
-	size := 0
-	cut := false
-	for i, p := range page {
-		size += p.size()
-		if i > 0 && size > r.cfg.BatchBytes {
-			page, cut = page[:i], true
+	merged := append(slices.Clip(page), ahead...)
+	slices.SortFunc(merged, func(x, y row) int { return compareUUID(x.id, y.id) })
+	n, size := 0, 0
+	for i, o := range merged {
+		size += o.size()
+		if i >= r.cfg.BatchSize || i > 0 && size > r.cfg.BatchBytes {
+			break
+		}
+		n = i + 1
+	}
+	b.rows, b.moved = merged[:n], true
+	lastPage := -1
+	for i := n - 1; i >= 0; i-- {
+		if !merged[i].ahead {
+			lastPage = i
 			break
 		}
 	}
-	if cut && len(ahead) > 0 {
-		ahead = keepAhead(page, ahead)
+	if lastPage < 0 {
+		// Only rows ahead of the page: stay at it, and read on after them
+		// (the same page, so the same rows ahead, in the same order).
+		held := c
+		end := merged[n-1].id
+		r.aheadFor, r.aheadAfter = &held, end
+		b.aheadEnd = &end
+		return b, nil
 	}
-	last := page[len(page)-1].id
+	last := merged[lastPage].id
 	if last == r.window.max {
 		c.lo, c.after = c.hi, nil // read to its end: the window closes
 	} else {
 		c.after = &last
 	}
-	b.next, b.moved = c, true
-	b.rows = append(page, ahead...)
-	slices.SortFunc(b.rows, func(x, y row) int { return compareUUID(x.id, y.id) })
+	b.next = c
 	return b, nil
 }
 
@@ -248,30 +268,6 @@ func (r *Relay) setWindow(c cursor, lo, hi *uuid.UUID) {
 	if lo != nil {
 		r.window.min, r.window.max = *lo, *hi
 	}
-}
-
-// keepAhead keeps the rows read ahead of their window for the keys of page
-// (cut by bytes after it was read): those below the key's largest event_id
-// in page. A row ahead of a row cut off waits for the page that has it.
-func keepAhead(page, ahead []row) []row {
-	type tk struct{ topic, key string }
-	maxOf := map[tk]uuid.UUID{}
-	for _, p := range page {
-		if p.key == nil {
-			continue
-		}
-		k := tk{p.topic, string(p.key)}
-		if m, ok := maxOf[k]; !ok || compareUUID(p.id, m) > 0 {
-			maxOf[k] = p.id
-		}
-	}
-	out := ahead[:0:0]
-	for _, a := range ahead {
-		if m, ok := maxOf[tk{a.topic, string(a.key)}]; ok && compareUUID(a.id, m) < 0 {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 func scanRow(rows pgx.CollectableRow) (row, error) {
