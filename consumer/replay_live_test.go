@@ -32,11 +32,23 @@ func TestReplay_WhileLiveMeetsSameIDs(t *testing.T) {
 	for _, id := range ids {
 		e.failIDs.Delete(id)
 	}
-	// The same ids again on the live topic, while the replay runs.
+	// The same ids again on the live topic, while the replay runs. The
+	// goroutine reports to the test rather than fail it: it once went on
+	// producing after the test had ended, and its t.Fatalf panicked the
+	// package ("Fail in goroutine after ... has completed").
+	produced := make(chan error, 1)
 	go func() {
+		w := e.kafka.Writer(e.topic)
+		defer func() { _ = w.Close() }()
+		pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer pcancel()
 		for _, id := range ids {
-			e.kafka.Produce(t, e.topic, event(id, 0, ""))
+			if err := w.WriteMessages(pctx, event(id, 0, "")); err != nil {
+				produced <- err
+				return
+			}
 		}
+		produced <- nil
 	}()
 	c, err := consumer.New(e.config(func(c *consumer.Config) { c.BatchSize = 10 }), e.handler)
 	if err != nil {
@@ -50,6 +62,9 @@ func TestReplay_WhileLiveMeetsSameIDs(t *testing.T) {
 	}
 	if !res.Complete || res.Selected != n || res.Applied+res.Duplicates != n {
 		t.Fatalf("replay: %+v", res)
+	}
+	if err := <-produced; err != nil {
+		t.Fatalf("producing the ids again: %v", err)
 	}
 	e.waitCaughtUp(t, 30*time.Second)
 	if rows, distinct := e.effects(t); rows != n || distinct != n {
