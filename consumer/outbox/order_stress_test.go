@@ -118,18 +118,7 @@ func TestRelay_KeyOrderUnderConcurrentTransactions(t *testing.T) {
 	if rows.Err() != nil {
 		t.Fatal(rows.Err())
 	}
-	var got []record
-	for want, deadline := len(committed), time.Now().Add(60*time.Second); time.Now().Before(deadline); {
-		got = e.readTopic(t, "orders", 3, want, 10*time.Second)
-		seen := map[string]bool{}
-		for _, r := range got {
-			seen[r.id] = true
-		}
-		if len(seen) >= len(committed) {
-			break
-		}
-		want = len(got) + len(committed) - len(seen)
-	}
+	got, _ := e.readDistinct(t, "orders", 3, len(committed))
 	last := map[string]int64{}
 	first := map[string]bool{}
 	for _, r := range got {

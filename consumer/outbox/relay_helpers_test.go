@@ -193,3 +193,26 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// readDistinct reads topic until it holds want distinct events (or for 60
+// s), and returns every record read and the event ids in the order of
+// their first publication.
+func (e *relayEnv) readDistinct(t *testing.T, topic string, partitions, want int) (got []record, firsts []string) {
+	t.Helper()
+	for n, deadline := want, time.Now().Add(60*time.Second); time.Now().Before(deadline); {
+		got = e.readTopic(t, topic, partitions, n, 10*time.Second)
+		seen := map[string]bool{}
+		firsts = firsts[:0]
+		for _, r := range got {
+			if !seen[r.id] {
+				seen[r.id] = true
+				firsts = append(firsts, r.id)
+			}
+		}
+		if len(firsts) >= want {
+			break
+		}
+		n = len(got) + want - len(firsts) // the repeats take places too
+	}
+	return got, firsts
+}

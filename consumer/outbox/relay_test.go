@@ -215,23 +215,9 @@ func TestRelay_TwoRelaysNeverPublishAtOnce(t *testing.T) {
 		})
 	}
 	<-done
-	var (
-		got      []record
-		distinct map[string]bool
-	)
-	for want, deadline := events, time.Now().Add(60*time.Second); time.Now().Before(deadline); {
-		got = e.readTopic(t, "orders", 3, want, 10*time.Second)
-		distinct = map[string]bool{}
-		for _, r := range got {
-			distinct[r.id] = true
-		}
-		if len(distinct) == events {
-			break
-		}
-		want = len(got) + events - len(distinct) // the repeats take places too
-	}
-	if len(distinct) != events {
-		t.Fatalf("published %d distinct events (%d records), want %d", len(distinct), len(got), events)
+	got, firsts := e.readDistinct(t, "orders", 3, events)
+	if len(firsts) != events {
+		t.Fatalf("published %d distinct events (%d records), want %d", len(firsts), len(got), events)
 	}
 	// Per key, the first publication of each event comes in commit order
 	// (the events of a key were emitted one after the other, so in id
@@ -426,28 +412,9 @@ func TestRelay_BoundsTheRowsReadAheadOfAPage(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	var got []record
-	for want, deadline := newer+1, time.Now().Add(60*time.Second); time.Now().Before(deadline); {
-		got = e.readTopic(t, "orders", 2, want, 10*time.Second)
-		seen := map[string]bool{}
-		for _, r := range got {
-			seen[r.id] = true
-		}
-		if len(seen) == newer+1 {
-			break
-		}
-		want = len(got) + newer + 1 - len(seen)
-	}
 	// First publications of the key in event_id order, the older
 	// transaction's last.
-	seen := map[string]bool{}
-	var firsts []string
-	for _, r := range got {
-		if !seen[r.id] {
-			seen[r.id] = true
-			firsts = append(firsts, r.id)
-		}
-	}
+	_, firsts := e.readDistinct(t, "orders", 2, newer+1)
 	if len(firsts) != newer+1 {
 		t.Fatalf("%d distinct events published, want %d", len(firsts), newer+1)
 	}
@@ -576,26 +543,7 @@ func TestRelay_KeepsKeyOrderWhenRowsAheadFallBetweenPageRows(t *testing.T) {
 		}
 	})
 	want := newer + 2
-	var got []record
-	for n, deadline := want, time.Now().Add(60*time.Second); time.Now().Before(deadline); {
-		got = e.readTopic(t, "orders", 2, n, 10*time.Second)
-		seen := map[string]bool{}
-		for _, r := range got {
-			seen[r.id] = true
-		}
-		if len(seen) == want {
-			break
-		}
-		n = len(got) + want - len(seen)
-	}
-	seen := map[string]bool{}
-	var firsts []string
-	for _, r := range got {
-		if !seen[r.id] {
-			seen[r.id] = true
-			firsts = append(firsts, r.id)
-		}
-	}
+	_, firsts := e.readDistinct(t, "orders", 2, want)
 	if len(firsts) != want {
 		t.Fatalf("%d distinct events published, want %d", len(firsts), want)
 	}
