@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,8 +32,14 @@ type cgroupFS struct {
 
 var hostCgroup = cgroupFS{root: "/sys/fs/cgroup", self: "/proc/self/cgroup"}
 
-// memoryRecheck is how often the cgroup's limit is read again.
-var memoryRecheck = 15 * time.Second
+// memoryRecheck is how often the cgroup's limit is read again, in
+// nanoseconds: atomic, since a test shortens it while the follower of an
+// earlier test's run may still be starting.
+var memoryRecheck = func() *atomic.Int64 {
+	var d atomic.Int64
+	d.Store(int64(15 * time.Second))
+	return &d
+}()
 
 // v1Unlimited: cgroup v1 reports "no limit" as the largest page-aligned
 // int64 (9223372036854771712); anything this large is no limit.
@@ -119,7 +126,7 @@ func resolveMemoryLimit(opts *Options, c cgroupFS, log *slog.Logger) {
 // unbounded).
 func followMemoryLimit(ctx context.Context, opts Options, c cgroupFS, log *slog.Logger, setBudget func(int64)) {
 	current := opts.MemoryLimit
-	t := time.NewTicker(memoryRecheck)
+	t := time.NewTicker(time.Duration(memoryRecheck.Load()))
 	defer t.Stop()
 	for {
 		select {

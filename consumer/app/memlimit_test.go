@@ -86,9 +86,8 @@ func TestMemoryLimitFromCgroup(t *testing.T) {
 
 // An in-place resize changes memory.max; the Go memory limit follows.
 func TestMemoryLimitFollowsResize(t *testing.T) {
-	prevRecheck := memoryRecheck
-	memoryRecheck = 10 * time.Millisecond
-	t.Cleanup(func() { memoryRecheck = prevRecheck })
+	prevRecheck := memoryRecheck.Swap(int64(10 * time.Millisecond))
+	t.Cleanup(func() { memoryRecheck.Store(prevRecheck) })
 	prev := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
 
