@@ -216,3 +216,20 @@ func (e *relayEnv) readDistinct(t *testing.T, topic string, partitions, want int
 	}
 	return got, firsts
 }
+
+// beginWithXid begins a transaction that has taken its transaction id (an
+// open one holds the relay's horizon), rolled back when the test ends
+// unless committed.
+func (e *relayEnv) beginWithXid(t *testing.T) pgx.Tx {
+	t.Helper()
+	ctx := testCtx(t)
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}

@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -363,22 +362,8 @@ func TestRelay_BoundsTheRowsReadAheadOfAPage(t *testing.T) {
 	ctx := testCtx(t)
 	e := newRelayEnv(t)
 	e.kafka.MustCreateTopic(t, "orders", 2)
-	txX, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = txX.Rollback(ctx) }()
-	if _, err := txX.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
-		t.Fatal(err)
-	}
-	txH, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = txH.Rollback(ctx) }()
-	if _, err := txH.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
-		t.Fatal(err)
-	}
+	txX := e.beginWithXid(t)
+	e.beginWithXid(t) // H: holds the horizon until the test ends
 	const newer, batch = 1000, 50
 	for i := range newer / 100 {
 		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
@@ -489,19 +474,8 @@ func TestRelay_KeepsKeyOrderWhenRowsAheadFallBetweenPageRows(t *testing.T) {
 	ctx := testCtx(t)
 	e := newRelayEnv(t)
 	e.kafka.MustCreateTopic(t, "orders", 2)
-	begin := func() pgx.Tx {
-		tx, err := e.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-		if _, err := tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
-			t.Fatal(err)
-		}
-		return tx
-	}
-	x1, x2 := begin(), begin()
-	begin() // H: holds the horizon until the test ends
+	x1, x2 := e.beginWithXid(t), e.beginWithXid(t)
+	e.beginWithXid(t) // H: holds the horizon until the test ends
 	emit := func(tx pgx.Tx, payload string) uuid.UUID {
 		t.Helper()
 		id, err := outbox.Emit(ctx, tx, e.tbl, outbox.Message{Topic: "orders", Key: []byte("k"), Payload: []byte(payload)})
