@@ -113,7 +113,7 @@ test: fmt vet verify-tidy verify-generated lint lint-workflows ## Run all tests:
 	echo "test: KUBEBUILDER_ASSETS=$$assets"; \
 	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -race ./consumer/...; \
 	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v -e '^github.com/idempotency-dev/operator/consumer' -e '^github.com/idempotency-dev/operator/examples/' -e '^github.com/idempotency-dev/operator/hack/upgrade$$'); \
-	cd third_party/kafka-go && go test $(GO_TEST_FLAGS) -race -run 'TestReadCommitted' . # the patch's tests (PATCH.md)
+	cd third_party/kafka-go && go test $(GO_TEST_FLAGS) -race -run 'TestReadCommitted|TestDrainTimeout' . # the patch's tests (PATCH.md)
 	@$(MAKE) --no-print-directory test-examples
 	@$(MAKE) --no-print-directory test-upgrade
 

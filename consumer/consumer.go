@@ -244,7 +244,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		SessionTimeout:    c.cfg.SessionTimeout,
 		RebalanceTimeout:  c.cfg.RebalanceTimeout,
 		JoinGroupBackoff:  time.Second,
-		StartOffset:       startOffset,
+		// The member goes on heartbeating while its partitions drain (a
+		// batch finishing, a handler's retry pause waited out), so their
+		// last commits are still the generation's, however long that takes
+		// compared to SessionTimeout. Our patch: third_party/kafka-go/PATCH.md.
+		DrainTimeout: c.cfg.ShutdownTimeout,
+		StartOffset:  startOffset,
 		// Kafka watches partition counts for us only if asked.
 		WatchPartitionChanges:  true,
 		PartitionWatchInterval: 5 * time.Second, // a partition added to the topic is consumed within seconds
@@ -256,7 +261,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("creating consumer group: %w", err)
 	}
 	// Closing the group ends the current generation, waits for the partition
-	// workers (they finish and commit their batch) and leaves the group.
+	// workers (they finish and commit their batch, the member heartbeating
+	// meanwhile) and leaves the group.
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
@@ -305,7 +311,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// Handlers that ignore their context keep their partition workers,
 		// and so the group's Close, from returning: give them up. Whatever
 		// they do when they return is rolled back (their context is done),
-		// and the member leaves the group by its session timeout.
+		// and the member leaves the group by its session timeout once its
+		// heartbeats stop (DrainTimeout, ShutdownTimeout after the start).
 		abandoned = true
 		n := c.calls.Abandon(c.log)
 		c.log.Warn("shutdown: stopped waiting for partition workers after the shutdown timeout; nothing they hold is recorded or committed",

@@ -125,6 +125,18 @@ type ConsumerGroupConfig struct {
 	// Default: 5s
 	JoinGroupBackoff time.Duration
 
+	// DrainTimeout optionally keeps the member heartbeating after its
+	// generation ends (the group is closed, or a partition watcher saw a
+	// change) while the functions launched by Generation.Start finish, for
+	// at most this long. Their last offset commits then reach the
+	// coordinator while the member is still in the generation, however long
+	// they take compared to SessionTimeout. A heartbeat error (a rebalance,
+	// an unknown member) ends it early.
+	//
+	// Default: 0, heartbeats stop when the generation ends (upstream
+	// behaviour).
+	DrainTimeout time.Duration
+
 	// RetentionTime optionally sets the length of time the consumer group will
 	// be saved by the broker.  -1 will disable the setting and leave the
 	// retention up to the broker's offsets.retention.minutes property.  By
@@ -226,6 +238,10 @@ func (config *ConsumerGroupConfig) Validate() error {
 
 	if config.RebalanceTimeout < 0 || (config.RebalanceTimeout/time.Millisecond) >= math.MaxInt32 {
 		return fmt.Errorf("RebalanceTimeout out of bounds: %d", config.RebalanceTimeout)
+	}
+
+	if config.DrainTimeout < 0 {
+		return fmt.Errorf("DrainTimeout out of bounds: %d", config.DrainTimeout)
 	}
 
 	if config.JoinGroupBackoff < 0 || (config.JoinGroupBackoff/time.Millisecond) >= math.MaxInt32 {
@@ -334,6 +350,11 @@ type Generation struct {
 	routines int
 	joined   chan struct{}
 
+	// others counts the running functions other than the heartbeat loop;
+	// othersDone is closed when, the generation closed, it reaches zero.
+	others     int
+	othersDone chan struct{}
+
 	retentionMillis int64
 	log             func(func(Logger))
 	logError        func(func(Logger))
@@ -373,6 +394,10 @@ func (g *Generation) close() {
 // progress for this consumer and potentially cause consumer group membership
 // churn.
 func (g *Generation) Start(fn func(ctx context.Context)) {
+	g.start(fn, false)
+}
+
+func (g *Generation) start(fn func(ctx context.Context), heartbeat bool) {
 	g.lock.Lock()
 	defer g.lock.Unlock()
 
@@ -391,6 +416,9 @@ func (g *Generation) Start(fn func(ctx context.Context)) {
 
 	// register that there is one more go routine that's part of this gen.
 	g.routines++
+	if !heartbeat {
+		g.others++
+	}
 
 	go func() {
 		fn(genCtx{g})
@@ -403,6 +431,14 @@ func (g *Generation) Start(fn func(ctx context.Context)) {
 			g.closed = true
 		}
 		g.routines--
+		if !heartbeat {
+			g.others--
+			// closed, no counted routine can start any more: zero is final.
+			if g.others == 0 && g.othersDone != nil {
+				close(g.othersDone)
+				g.othersDone = nil
+			}
+		}
 		// if this was the last go routine in the generation, close the joined
 		// chan so that close() can exit if it's waiting.
 		if g.routines == 0 {
@@ -461,8 +497,16 @@ func (g *Generation) CommitOffsets(offsets map[string]map[int]int64) error {
 // heartbeatLoop checks in with the consumer group coordinator at the provided
 // interval.  It exits if it ever encounters an error, which would signal the
 // end of the generation.
-func (g *Generation) heartbeatLoop(interval time.Duration) {
-	g.Start(func(ctx context.Context) {
+//
+// With drain > 0 it goes on heartbeating after the generation ends, until
+// the generation's other functions have returned or drain has passed.
+func (g *Generation) heartbeatLoop(interval, drain time.Duration) {
+	if drain > 0 {
+		g.lock.Lock()
+		g.othersDone = make(chan struct{})
+		g.lock.Unlock()
+	}
+	g.start(func(ctx context.Context) {
 		g.log(func(l Logger) {
 			l.Printf("started heartbeat for group, %v [%v]", g.GroupID, interval)
 		})
@@ -473,22 +517,57 @@ func (g *Generation) heartbeatLoop(interval time.Duration) {
 		ticker := time.NewTicker(interval)
 		defer ticker.Stop()
 
+		beat := func() bool {
+			_, err := g.conn.heartbeat(heartbeatRequestV0{
+				GroupID:      g.GroupID,
+				GenerationID: g.ID,
+				MemberID:     g.MemberID,
+			})
+			return err == nil
+		}
 		for {
 			select {
 			case <-ctx.Done():
+				g.drainHeartbeats(ticker, drain, beat)
 				return
 			case <-ticker.C:
-				_, err := g.conn.heartbeat(heartbeatRequestV0{
-					GroupID:      g.GroupID,
-					GenerationID: g.ID,
-					MemberID:     g.MemberID,
-				})
-				if err != nil {
+				if !beat() {
 					return
 				}
 			}
 		}
-	})
+	}, true)
+}
+
+// drainHeartbeats goes on heartbeating, the generation ended, until its
+// other functions have returned, drain has passed or a heartbeat fails.
+func (g *Generation) drainHeartbeats(ticker *time.Ticker, drain time.Duration, beat func() bool) {
+	if drain <= 0 {
+		return
+	}
+	g.lock.Lock()
+	others := g.othersDone
+	if g.others == 0 {
+		others = nil
+	}
+	g.lock.Unlock()
+	if others == nil {
+		return
+	}
+	deadline := time.NewTimer(drain)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-others:
+			return
+		case <-deadline.C:
+			return
+		case <-ticker.C:
+			if !beat() {
+				return
+			}
+		}
+	}
 }
 
 // partitionWatcher queries kafka and watches for partition changes, triggering
@@ -842,7 +921,7 @@ func (cg *ConsumerGroup) nextGeneration(memberID string) (string, error) {
 	// spawn all of the go routines required to facilitate this generation.  if
 	// any of these functions exit, then the generation is determined to be
 	// complete.
-	gen.heartbeatLoop(cg.config.HeartbeatInterval)
+	gen.heartbeatLoop(cg.config.HeartbeatInterval, cg.config.DrainTimeout)
 	if cg.config.WatchPartitionChanges {
 		for _, topic := range cg.config.Topics {
 			gen.partitionWatcher(cg.config.PartitionWatchInterval, topic)
