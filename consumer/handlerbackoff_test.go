@@ -180,3 +180,66 @@ func TestHandlerBackoff_ShutdownWaitsPauseOut(t *testing.T) {
 		t.Errorf("committed offset %d, want 1", co[0])
 	}
 }
+
+// TestHandlerBackoff_ShutdownDuringARebalanceWaitsPauseOut: as
+// TestHandlerBackoff_ShutdownWaitsPauseOut, but another member joins while
+// the shutdown drains (a rolling restart). The coordinator answers the
+// heartbeats with RebalanceInProgress yet renews the session and accepts
+// the generation's commits: the member keeps beating until its partition
+// has drained, so the commit lands and the newcomer starts after it.
+func TestHandlerBackoff_ShutdownDuringARebalanceWaitsPauseOut(t *testing.T) {
+	e := newEnv(t)
+	e.dumpLogsOnFailure(t)
+	id := newID(t)
+	e.kafka.Produce(t, e.topic, event(id, 0, ""))
+	var calls atomic.Int64
+	failed := make(chan struct{})
+	h := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
+		if calls.Add(1) == 1 {
+			close(failed)
+			return errors.New("not yet")
+		}
+		return e.handler(ctx, tx, ev)
+	}
+	r := e.start(e.config(func(c *consumer.Config) {
+		c.HandlerBackoff = 2 * time.Second
+		c.HandlerBackoffMax = 2 * time.Second
+		c.ShutdownTimeout = 5 * time.Second
+		c.SessionTimeout = time.Second
+		c.HeartbeatInterval = 200 * time.Millisecond
+	}), h)
+	select {
+	case <-failed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handler was not called")
+	}
+	r.cancel()
+	time.Sleep(200 * time.Millisecond)
+	// A new member joins; it never commits anything.
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID: e.group, Brokers: e.kafka.Brokers(), Topics: []string{e.topic},
+		SessionTimeout: 5 * time.Second, HeartbeatInterval: 200 * time.Millisecond, RebalanceTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cg.Close() }()
+	go func() {
+		for {
+			if _, err := cg.Next(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
+	if err := r.wait(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	assertEffectAndDedupRow(t, e, []uuid.UUID{id}, []bool{true})
+	co, err := e.committed(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co[0] != 1 {
+		t.Errorf("committed offset %d, want 1 (the shutdown's commit was refused; see the log)", co[0])
+	}
+}

@@ -523,6 +523,20 @@ func (g *Generation) heartbeatLoop(interval, drain time.Duration) {
 				GenerationID: g.ID,
 				MemberID:     g.MemberID,
 			})
+			if errors.Is(err, RebalanceInProgress) && drain > 0 {
+				// Still a member of this generation: the coordinator
+				// renewed the session and accepts its commits until the
+				// member rejoins. End the generation (as upstream does by
+				// returning) and go on beating while it drains; the
+				// rebalance waits for the rejoin, within RebalanceTimeout.
+				g.lock.Lock()
+				if !g.closed {
+					close(g.done)
+					g.closed = true
+				}
+				g.lock.Unlock()
+				return true
+			}
 			return err == nil
 		}
 		for {
@@ -531,6 +545,12 @@ func (g *Generation) heartbeatLoop(interval, drain time.Duration) {
 				g.drainHeartbeats(ticker, drain, beat)
 				return
 			case <-ticker.C:
+				if drain > 0 && ctx.Err() != nil {
+					// ended while the last beat blocked: drain now
+					// rather than beat once more first.
+					g.drainHeartbeats(ticker, drain, beat)
+					return
+				}
 				if !beat() {
 					return
 				}
@@ -540,7 +560,10 @@ func (g *Generation) heartbeatLoop(interval, drain time.Duration) {
 }
 
 // drainHeartbeats goes on heartbeating, the generation ended, until its
-// other functions have returned, drain has passed or a heartbeat fails.
+// other functions have returned, drain has passed or a heartbeat fails
+// (RebalanceInProgress is not a failure here, see beat). Those two are
+// looked at before each beat, since a beat may block up to the coordinator's
+// timeout.
 func (g *Generation) drainHeartbeats(ticker *time.Ticker, drain time.Duration, beat func() bool) {
 	if drain <= 0 {
 		return
@@ -563,6 +586,13 @@ func (g *Generation) drainHeartbeats(ticker *time.Ticker, drain time.Duration, b
 		case <-deadline.C:
 			return
 		case <-ticker.C:
+			select {
+			case <-others:
+				return
+			case <-deadline.C:
+				return
+			default:
+			}
 			if !beat() {
 				return
 			}
