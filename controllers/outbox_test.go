@@ -227,12 +227,8 @@ func TestOutboxTableRelayAndStatus(t *testing.T) {
 		return ok, fmt.Sprintf("backlog %v oldest %v", o.Status.Backlog, o.Status.OldestUnpublishedTime)
 	})
 	cursorBefore := *o.Status.Cursor
-	if v := gaugeValue(t, MetricOutboxBacklog, ns, "shop"); v != 3 {
-		t.Errorf("%s = %v, want 3", MetricOutboxBacklog, v)
-	}
-	if v := gaugeValue(t, MetricOutboxOldestAge, ns, "shop"); v <= 0 {
-		t.Errorf("%s = %v, want > 0", MetricOutboxOldestAge, v)
-	}
+	waitGauge(t, MetricOutboxBacklog, ns, "shop", "= 3", func(v float64) bool { return v == 3 })
+	waitGauge(t, MetricOutboxOldestAge, ns, "shop", "> 0", func(v float64) bool { return v > 0 })
 
 	// A relay in process publishes them: backlog 0, the cursor moved.
 	cc, err := pgx.ParseConfig(url)
@@ -263,12 +259,8 @@ func TestOutboxTableRelayAndStatus(t *testing.T) {
 	if ends[0]+ends[1] != 3 {
 		t.Errorf("topic orders holds %v records, want 3", ends)
 	}
-	if v := gaugeValue(t, MetricOutboxBacklog, ns, "shop"); v != 0 {
-		t.Errorf("%s = %v after the relay, want 0", MetricOutboxBacklog, v)
-	}
-	if v := gaugeValue(t, MetricOutboxReady, ns, "shop"); v != 1 {
-		t.Errorf("%s = %v, want 1", MetricOutboxReady, v)
-	}
+	waitGauge(t, MetricOutboxBacklog, ns, "shop", "= 0 after the relay", func(v float64) bool { return v == 0 })
+	waitGauge(t, MetricOutboxReady, ns, "shop", "= 1", func(v float64) bool { return v == 1 })
 
 	// Deleted: the Deployment goes with it (owner reference), the table
 	// stays (its rows are committed events).
@@ -286,11 +278,29 @@ func TestOutboxTableRelayAndStatus(t *testing.T) {
 
 // gaugeValue reads one series of a gauge from the operator's registry, or
 // fails.
-func gaugeValue(t testing.TB, name, ns, obj string) float64 {
+// waitGauge waits for the operator's series name{namespace=ns,name=obj} to
+// satisfy want (described by what). The collector reads the manager's
+// cache, which follows the API server a moment after the status a test
+// just read: a gauge is waited for, never read once.
+func waitGauge(t testing.TB, name, ns, obj, what string, want func(float64) bool) {
 	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("%s{namespace=%q,name=%q} %s", name, ns, obj, what), func() (bool, string) {
+		v, found, err := gaugeValue(name, ns, obj)
+		switch {
+		case err != nil:
+			return false, err.Error()
+		case !found:
+			return false, "no such series"
+		}
+		return want(v), fmt.Sprint(v)
+	})
+}
+
+// gaugeValue is the operator's series name{namespace=ns,name=obj}.
+func gaugeValue(name, ns, obj string) (v float64, found bool, err error) {
 	fams, err := metrics.Registry.Gather()
 	if err != nil {
-		t.Fatal(err)
+		return 0, false, err
 	}
 	for _, f := range fams {
 		if f.GetName() != name {
@@ -298,12 +308,11 @@ func gaugeValue(t testing.TB, name, ns, obj string) float64 {
 		}
 		for _, m := range f.GetMetric() {
 			if labelIs(m, "namespace", ns) && labelIs(m, "name", obj) {
-				return m.GetGauge().GetValue()
+				return m.GetGauge().GetValue(), true, nil
 			}
 		}
 	}
-	t.Fatalf("no series %s{namespace=%q,name=%q}", name, ns, obj)
-	return 0
+	return 0, false, nil
 }
 
 func labelIs(m *dto.Metric, name, value string) bool {
@@ -350,9 +359,7 @@ func TestOutboxKafkaConditions(t *testing.T) {
 	// brokers answer.
 	te.waitOutbox(t, ns, "down", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionTrue, "")
 	te.waitOutbox(t, ns, "down", kafkav1alpha1.ConditionRelayReady, metav1.ConditionTrue, "")
-	if v := gaugeValue(t, MetricOutboxReady, ns, "down"); v != 0 {
-		t.Errorf("%s = %v, want 0", MetricOutboxReady, v)
-	}
+	waitGauge(t, MetricOutboxReady, ns, "down", "= 0", func(v float64) bool { return v == 0 })
 
 	// A topic that takes smaller records than the relay sends: an event
 	// between the two would hold the stream. A warning (KafkaReady stays
