@@ -75,14 +75,14 @@ func (te *testEnv) getPlatform(t testing.TB, gvk schema.GroupVersionKind, ns, na
 func withCNPG(cluster string) func(*kafkav1alpha1.IdempotentConsumer) {
 	return func(o *kafkav1alpha1.IdempotentConsumer) {
 		o.Spec.Database.URLSecretRef = kafkav1alpha1.SecretKeyRef{}
-		o.Spec.Database.CloudNativePG = &kafkav1alpha1.CloudNativePGSpec{Cluster: cluster}
+		o.Spec.Database.CloudNativePG = &kafkav1alpha1.CloudNativePGSpec{CloudNativePGCluster: kafkav1alpha1.CloudNativePGCluster{Cluster: cluster}}
 	}
 }
 
 func withStrimzi(cluster string) func(*kafkav1alpha1.IdempotentConsumer) {
 	return func(o *kafkav1alpha1.IdempotentConsumer) {
 		o.Spec.Kafka.BootstrapServers = nil
-		o.Spec.Kafka.Strimzi = &kafkav1alpha1.StrimziSpec{Cluster: cluster}
+		o.Spec.Kafka.Strimzi = &kafkav1alpha1.StrimziSpec{StrimziCluster: kafkav1alpha1.StrimziCluster{Cluster: cluster}}
 	}
 }
 
