@@ -413,14 +413,15 @@ func TestPlatformSecretIndex(t *testing.T) {
 
 // testPlatformSamples creates every object of config/samples/platforms
 // (docs/platforms.md shows the same YAML) through the API server with the
-// stand-in CRDs, and the Strimzi sample gets its KafkaUser.
+// stand-in CRDs, and the Strimzi sample gets its KafkaUser; the Outbox
+// sample waits for the Cluster's Secrets.
 func testPlatformSamples(t *testing.T, te *testEnv) {
 	ns := te.namespace(t)
 	doc, err := os.ReadFile(filepath.Join("..", "docs", "platforms.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, file := range []string{"cloudnativepg.yaml", "strimzi.yaml"} {
+	for _, file := range []string{"cloudnativepg.yaml", "strimzi.yaml", "outbox.yaml"} {
 		sample, err := os.ReadFile(filepath.Join("..", "config", "samples", "platforms", file))
 		if err != nil {
 			t.Fatal(err)
@@ -470,4 +471,6 @@ func testPlatformSamples(t *testing.T, te *testEnv) {
 		return err == nil, conditionsSummary(te.get(t, ns, "payments"))
 	})
 	te.waitCondition(t, ns, "orders", kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonCNPGSecretNotFound)
+	// The Outbox of the same name wants nothing of the IdempotentConsumer's.
+	te.waitOutbox(t, ns, "orders", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, kafkav1alpha1.ReasonCNPGSecretNotFound, `"orders-pg-app"`)
 }
