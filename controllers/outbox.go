@@ -183,10 +183,12 @@ func (r *OutboxReconciler) outboxesOfConsumer(ctx context.Context, o client.Obje
 	})
 }
 
-// outboxesOfSecret maps a Secret to the Outboxes of its namespace naming it.
+// outboxesOfSecret maps a Secret to the Outboxes of its namespace naming it,
+// or reading it through a platform integration (platforms.go).
 func (r *OutboxReconciler) outboxesOfSecret(ctx context.Context, o client.Object) []ctrl.Request {
 	return r.outboxesWhere(ctx, o.GetNamespace(), func(ob *kafkav1alpha1.Outbox) bool {
-		return slices.ContainsFunc(outboxSecretRefs(ob), func(ref kafkav1alpha1.SecretKeyRef) bool { return ref.Name == o.GetName() })
+		return slices.ContainsFunc(outboxSecretRefs(ob), func(ref kafkav1alpha1.SecretKeyRef) bool { return ref.Name == o.GetName() }) ||
+			slices.Contains(outboxPlatform(ob).secretNames(), o.GetName())
 	})
 }
 
@@ -272,32 +274,38 @@ func (r *OutboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, nil // the relay Deployment goes with it; the table stays
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("outbox", klog.KObj(obj)))
+	// platforms.go: CloudNativePG and Strimzi references become the
+	// ordinary refs, in memory, before anything reads them.
+	platformStatus := obj.Status.Platform.DeepCopy()
+	platformCond, platformProb, err := r.resolvePlatforms(ctx, obj, !obj.Spec.Suspend)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	orig := obj.DeepCopy()
+	orig.Status.Platform = platformStatus
 	s := &outboxState{obj: obj, now: r.Clock.Now(), mem: r.memoryOf(req.NamespacedName), values: map[kafkav1alpha1.SecretKeyRef]secretValue{}}
 	s.tbl = outbox.Table{Schema: obj.SchemaName(), Name: obj.TableName(), Interval: dedup.Interval(obj.Interval())}
 	obj.Status.Table = s.tbl.String()
 	obj.Status.EmitFunction = s.tbl.EmitFunction()
 
-	if obj.Spec.Suspend {
+	switch {
+	case platformProb != nil:
+		// As for an IdempotentConsumer: no phase runs without the refs, and
+		// the wait (a Cluster, Secret or KafkaUser still being made) is
+		// polled, without an Event.
+		obj.SetCondition(platformCond, metav1.ConditionFalse, platformProb.reason, platformProb.message)
+		s.problems = append(s.problems, *platformProb)
+		observeProblem(platformProb.reason)
+		s.wake(platformPollInterval)
+	case obj.Spec.Suspend:
 		obj.SetCondition(kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonSuspended,
 			"spec.suspend is true: no DDL, no grants, no partition maintenance, no change to the relay Deployment")
 		obj.Status.ObservedGeneration = obj.Generation
 		return ctrl.Result{}, r.patchStatus(ctx, orig, obj)
-	}
-
-	if err := r.outboxDatabase(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-	r.outboxPartitions(ctx, s)
-	r.outboxStats(ctx, s)
-	if err := r.outboxTopics(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.outboxConsumerRetention(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.outboxRelay(ctx, s); err != nil {
-		return ctrl.Result{}, err
+	default:
+		if err := r.outboxPhases(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 
 	// Ready: the first problem, or all four components True.
@@ -323,6 +331,21 @@ func (r *OutboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: s.requeue}, nil
+}
+
+// outboxPhases runs the phases in order; only API-server failures stop them.
+func (r *OutboxReconciler) outboxPhases(ctx context.Context, s *outboxState) error {
+	if err := r.outboxDatabase(ctx, s); err != nil {
+		return err
+	}
+	r.outboxPartitions(ctx, s)
+	r.outboxStats(ctx, s)
+	for _, phase := range []func(context.Context, *outboxState) error{r.outboxTopics, r.outboxConsumerRetention, r.outboxRelay} {
+		if err := phase(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *OutboxReconciler) memoryOf(key types.NamespacedName) *outboxMemory {

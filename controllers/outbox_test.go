@@ -480,6 +480,27 @@ func TestOutboxValidation(t *testing.T) {
 		{"TinyPublishTimeout", "publishTimeout", func(o *kafkav1alpha1.Outbox) {
 			o.Spec.Relay.PublishTimeout = &metav1.Duration{Duration: time.Millisecond}
 		}},
+		// platforms_outbox_test.go: CloudNativePG and Strimzi in place of the refs.
+		{"BrokersAndStrimzi", "exactly one of kafka.bootstrapServers and kafka.strimzi", func(o *kafkav1alpha1.Outbox) {
+			o.Spec.Kafka.Strimzi = &kafkav1alpha1.StrimziCluster{Cluster: "kc"}
+		}},
+		{"NoBrokers", "exactly one of kafka.bootstrapServers and kafka.strimzi", func(o *kafkav1alpha1.Outbox) { o.Spec.Kafka.BootstrapServers = nil }},
+		{"StrimziAndSASL", "leave tls and sasl unset", func(o *kafkav1alpha1.Outbox) {
+			outboxStrimzi("kc")(o)
+			o.Spec.Kafka.SASL = &kafkav1alpha1.KafkaSASL{Mechanism: kafkav1alpha1.SASLScramSHA512,
+				UsernameSecretRef: kafkav1alpha1.SecretKeyRef{Name: "u", Key: "u"}, PasswordSecretRef: kafkav1alpha1.SecretKeyRef{Name: "p", Key: "p"}}
+		}},
+		{"URLAndCloudNativePG", "exactly one of database.urlSecretRef and database.cloudNativePG", func(o *kafkav1alpha1.Outbox) {
+			o.Spec.Database.CloudNativePG = &kafkav1alpha1.OutboxCloudNativePGSpec{CloudNativePGCluster: kafkav1alpha1.CloudNativePGCluster{Cluster: "pg"}}
+		}},
+		{"CloudNativePGAndRelayURL", "leave relayURLSecretRef and caSecretRef unset", func(o *kafkav1alpha1.Outbox) {
+			outboxCNPG("pg")(o)
+			o.Spec.Database.RelayURLSecretRef = &kafkav1alpha1.SecretKeyRef{Name: "relay", Key: "url"}
+		}},
+		{"PublicRelayRole", "public (every role)", func(o *kafkav1alpha1.Outbox) {
+			outboxCNPG("pg")(o)
+			o.Spec.Database.CloudNativePG.RelayRole = &kafkav1alpha1.CloudNativePGRole{Name: "PUBLIC", SecretRef: kafkav1alpha1.LocalObjectName{Name: "r"}}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := newOutbox(ns, "v", []string{"kafka-0.kafka:9092"}, "orders")
@@ -490,6 +511,14 @@ func TestOutboxValidation(t *testing.T) {
 			}
 		})
 	}
+	t.Run("CloudNativePGNotAddedLater", func(t *testing.T) {
+		te.create(t, newOutbox(ns, "later", []string{"kafka-0.kafka:9092"}, "orders"))
+		o := te.getOutbox(t, ns, "later")
+		outboxCNPG("pg")(o)
+		if err := te.c.Update(context.Background(), o); err == nil || !strings.Contains(err.Error(), "cannot be added or removed") {
+			t.Errorf("got %v, want database.cloudNativePG cannot be added or removed", err)
+		}
+	})
 	t.Run("ImmutableTable", func(t *testing.T) {
 		te.create(t, newOutbox(ns, "imm", []string{"kafka-0.kafka:9092"}, "orders"))
 		o := te.getOutbox(t, ns, "imm")

@@ -31,16 +31,19 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/envvars"
+	"github.com/idempotency-dev/operator/controllers/objects"
 )
 
-// Platform integrations (docs/platforms.md). Before the phases run, the
-// CloudNativePG and Strimzi references are resolved into the refs the rest
-// of the reconciler already understands (urlSecretRef, caSecretRef,
-// consumerURLSecretRef, bootstrapServers, tls, sasl), in memory only: the
+// Platform integrations (docs/platforms.md), for IdempotentConsumers and
+// Outboxes alike. Before the phases run, the CloudNativePG and Strimzi
+// references are resolved into the refs the rest of the reconciler already
+// understands (urlSecretRef, caSecretRef, consumerURLSecretRef or
+// relayURLSecretRef, bootstrapServers, tls, sasl), in memory only: the
 // object's spec is never written. Every later phase, the operator's own
 // Kafka admin connection included, and the Deployment then use them.
 //
@@ -76,64 +79,172 @@ func StrimziTopicName(obj *kafkav1alpha1.IdempotentConsumer) string {
 	return obj.Name + "-dead-letter"
 }
 
-// usesPlatforms reports whether obj names CloudNativePG or Strimzi.
-func usesPlatforms(obj *kafkav1alpha1.IdempotentConsumer) bool {
-	return obj.Spec.Database.CloudNativePG != nil || obj.Spec.Kafka.Strimzi != nil
+// platformSpec is what the platform integrations need of an object, of
+// either kind (IdempotentConsumer, Outbox): the references, and the names
+// and ACLs of what the operator keeps for the object's pods.
+type platformSpec struct {
+	owner client.Object // controls the KafkaUser, KafkaTopic and derived Secret
+	cnpg  *kafkav1alpha1.CloudNativePGCluster
+	// podRole is the managed role the pods connect as (an
+	// IdempotentConsumer's consumerRole, an Outbox's relayRole).
+	podRole *kafkav1alpha1.CloudNativePGRole
+	// podRoleWhat names the role in messages ("the consumer role").
+	podRoleWhat string
+	strimzi     *kafkav1alpha1.StrimziCluster
+	// kafkaUser is the KafkaUser's name, and its Secret's.
+	kafkaUser string
+	// derivedSecret holds the derived values ("uri", "username").
+	derivedSecret string
+	acls          []any
+	// deadLetterTopic, when set, is a KafkaTopic to keep beside the
+	// KafkaUser (IdempotentConsumer only).
+	deadLetterTopic *strimziTopic
 }
 
-// platformSecretNames are the Secrets the platform integrations read, known
-// from the spec alone (for the Secret watch's index): a change to one, or
-// its creation, reconciles the object at once.
-func platformSecretNames(obj *kafkav1alpha1.IdempotentConsumer) []string {
+// strimziTopic is a KafkaTopic the operator keeps: its object name and spec.
+type strimziTopic struct {
+	name string
+	spec map[string]any
+}
+
+// used reports whether the object names CloudNativePG or Strimzi.
+func (p platformSpec) used() bool { return p.cnpg != nil || p.strimzi != nil }
+
+// secretNames are the Secrets the platform integrations read, known from the
+// spec alone (for the Secret watch): a change to one, or its creation,
+// reconciles the object at once.
+func (p platformSpec) secretNames() []string {
 	var names []string
-	if c := obj.Spec.Database.CloudNativePG; c != nil {
+	if c := p.cnpg; c != nil {
 		names = append(names, c.Cluster+"-app", c.Cluster+"-ca")
-		if c.ConsumerRole != nil {
-			names = append(names, c.ConsumerRole.SecretRef.Name)
+		if p.podRole != nil {
+			names = append(names, p.podRole.SecretRef.Name)
 		}
 	}
-	if sz := obj.Spec.Kafka.Strimzi; sz != nil {
-		names = append(names, obj.Name, sz.Cluster+"-cluster-ca-cert", PlatformSecretName(obj))
+	if sz := p.strimzi; sz != nil {
+		names = append(names, p.kafkaUser, sz.Cluster+"-cluster-ca-cert", p.derivedSecret)
 	}
 	return names
+}
+
+// consumerPlatform is an IdempotentConsumer's platformSpec.
+func consumerPlatform(obj *kafkav1alpha1.IdempotentConsumer) platformSpec {
+	p := platformSpec{owner: obj, podRoleWhat: "the consumer role", kafkaUser: obj.Name, derivedSecret: PlatformSecretName(obj)}
+	if c := obj.Spec.Database.CloudNativePG; c != nil {
+		p.cnpg, p.podRole = &c.CloudNativePGCluster, c.ConsumerRole
+	}
+	if sz := obj.Spec.Kafka.Strimzi; sz != nil {
+		p.strimzi = &sz.StrimziCluster
+		p.acls = strimziACLs(obj)
+		if k := obj.Spec.Kafka; k.DeadLetterTopic != "" {
+			p.deadLetterTopic = deadLetterKafkaTopic(obj)
+		}
+	}
+	return p
+}
+
+// platformSecretNames are an IdempotentConsumer's platform Secrets (for the
+// Secret watch's index).
+func platformSecretNames(obj *kafkav1alpha1.IdempotentConsumer) []string {
+	return consumerPlatform(obj).secretNames()
+}
+
+// platformResult is what resolving a platformSpec found: the refs the rest
+// of a reconciler understands, status.platform, and the first problem.
+type platformResult struct {
+	// set from the CloudNativePG Cluster (urlSecretRef, caSecretRef, and the
+	// pods' own URL when a role or Pooler is named)
+	databaseURL *kafkav1alpha1.SecretKeyRef
+	databaseCA  *kafkav1alpha1.SecretKeyRef
+	podURL      *kafkav1alpha1.SecretKeyRef
+	poolMode    string
+	// set from the Strimzi Kafka and the KafkaUser
+	brokers []string
+	tls     *kafkav1alpha1.KafkaTLS
+	sasl    *kafkav1alpha1.KafkaSASL
+
+	status *kafkav1alpha1.PlatformStatus
+	prob   *problem
+	// kafkaProblem: prob is Strimzi's, not CloudNativePG's.
+	kafkaProblem bool
+}
+
+// platformClient reads the platform objects and keeps the operator's own;
+// both reconcilers make one from their clients.
+type platformClient struct {
+	client client.Client
+	reader client.Reader // Secrets and other operators' objects: not cached
+}
+
+// resolve reads the platform objects p names and, when write, keeps the
+// KafkaUser (KafkaTopic) and the derived Secret. The refs found are filled
+// in as far as they were found, even with a problem (deletion reads the
+// database refs when the Cluster is gone).
+func (pc platformClient) resolve(ctx context.Context, p platformSpec, write bool) (platformResult, error) {
+	res := platformResult{}
+	st := &kafkav1alpha1.PlatformStatus{}
+	derived := map[string][]byte{}
+	if p.cnpg != nil {
+		prob, err := pc.resolveCNPG(ctx, p, &res, st, derived)
+		if err != nil || prob != nil {
+			res.prob = prob
+			return res, err
+		}
+	}
+	if p.strimzi != nil {
+		prob, err := pc.resolveStrimzi(ctx, p, &res, st, derived, write)
+		if err != nil || prob != nil {
+			res.prob, res.kafkaProblem = prob, true
+			return res, err
+		}
+	}
+	if write && len(derived) > 0 {
+		if err := pc.applyPlatformSecret(ctx, p.owner, p.derivedSecret, derived); err != nil {
+			return res, err
+		}
+	}
+	res.status = st
+	return res, nil
 }
 
 // resolvePlatforms fills obj's spec in memory from the platform objects and
 // sets status.platform. A problem says why it could not (yet).
 func (r *IdempotentConsumerReconciler) resolvePlatforms(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, write bool) (*problem, error) {
-	if !usesPlatforms(obj) {
+	p := consumerPlatform(obj)
+	if !p.used() {
 		obj.Status.Platform = nil
 		return nil, nil
 	}
-	st := &kafkav1alpha1.PlatformStatus{}
-	derived := map[string][]byte{}
-	if obj.Spec.Database.CloudNativePG != nil {
-		prob, err := r.resolveCNPG(ctx, obj, st, derived)
-		if err != nil || prob != nil {
-			return prob, err
-		}
+	res, err := platformClient{r.Client, r.APIReader}.resolve(ctx, p, write)
+	d, k := &obj.Spec.Database, &obj.Spec.Kafka
+	if res.databaseURL != nil {
+		d.URLSecretRef, d.CASecretRef = *res.databaseURL, res.databaseCA
 	}
-	if obj.Spec.Kafka.Strimzi != nil {
-		prob, err := r.resolveStrimzi(ctx, obj, st, derived, write)
-		if err != nil || prob != nil {
-			return prob, err
-		}
+	if res.podURL != nil {
+		d.ConsumerURLSecretRef = res.podURL
 	}
-	if write && len(derived) > 0 {
-		if err := r.applyPlatformSecret(ctx, obj, derived); err != nil {
-			return nil, err
-		}
+	// CloudNativePG's default pool mode is session: a server to the
+	// consumer. In transaction mode the runtime must be told
+	// (docs/database-secrets.md); a value the user set wins.
+	if res.poolMode == "transaction" && !hasEnv(obj.Spec.Consumer.Env, envvars.DatabasePooler) {
+		obj.Spec.Consumer.Env = append(obj.Spec.Consumer.Env, corev1.EnvVar{Name: envvars.DatabasePooler, Value: "transaction"})
 	}
-	obj.Status.Platform = st
+	if res.brokers != nil {
+		k.BootstrapServers, k.TLS, k.SASL = res.brokers, res.tls, res.sasl
+	}
+	if err != nil || res.prob != nil {
+		return res.prob, err
+	}
+	obj.Status.Platform = res.status
 	return nil, nil
 }
 
 // getPlatformObject reads another operator's object; a kind that is not
 // installed and an object that does not exist are problems.
-func (r *IdempotentConsumerReconciler) getPlatformObject(ctx context.Context, gvk schema.GroupVersionKind, namespace, name, notFoundReason string) (*unstructured.Unstructured, *problem, error) {
+func (pc platformClient) getPlatformObject(ctx context.Context, gvk schema.GroupVersionKind, namespace, name, notFoundReason string) (*unstructured.Unstructured, *problem, error) {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, u)
+	err := pc.reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, u)
 	switch {
 	case err == nil:
 		return u, nil, nil
@@ -159,13 +270,13 @@ func isNoKindError(err error) bool {
 	return d == nil || d.Name == ""
 }
 
-func (r *IdempotentConsumerReconciler) resolveCNPG(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, st *kafkav1alpha1.PlatformStatus, derived map[string][]byte) (*problem, error) {
-	c := obj.Spec.Database.CloudNativePG
+func (pc platformClient) resolveCNPG(ctx context.Context, p platformSpec, res *platformResult, st *kafkav1alpha1.PlatformStatus, derived map[string][]byte) (*problem, error) {
+	c, ns := p.cnpg, p.owner.GetNamespace()
 	appName, caName := c.Cluster+"-app", c.Cluster+"-ca"
 	// Set first: deletion reads them even when the Cluster is gone.
-	obj.Spec.Database.URLSecretRef = kafkav1alpha1.SecretKeyRef{Name: appName, Key: "uri"}
-	obj.Spec.Database.CASecretRef = &kafkav1alpha1.SecretKeyRef{Name: caName, Key: "ca.crt"}
-	cluster, prob, err := r.getPlatformObject(ctx, cnpgClusterGVK, obj.Namespace, c.Cluster, kafkav1alpha1.ReasonCNPGClusterNotFound)
+	res.databaseURL = &kafkav1alpha1.SecretKeyRef{Name: appName, Key: "uri"}
+	res.databaseCA = &kafkav1alpha1.SecretKeyRef{Name: caName, Key: "ca.crt"}
+	cluster, prob, err := pc.getPlatformObject(ctx, cnpgClusterGVK, ns, c.Cluster, kafkav1alpha1.ReasonCNPGClusterNotFound)
 	if err != nil || prob != nil {
 		return prob, err
 	}
@@ -173,11 +284,11 @@ func (r *IdempotentConsumerReconciler) resolveCNPG(ctx context.Context, obj *kaf
 	if writeService == "" {
 		writeService = c.Cluster + "-rw"
 	}
-	app, prob, err := r.readCNPGSecret(ctx, obj.Namespace, appName, "the Cluster's application owner Secret")
+	app, prob, err := pc.readCNPGSecret(ctx, ns, appName, "the Cluster's application owner Secret")
 	if err != nil || prob != nil {
 		return prob, err
 	}
-	if _, prob, err := r.readCNPGSecret(ctx, obj.Namespace, caName, "the Cluster's CA Secret"); err != nil || prob != nil {
+	if _, prob, err := pc.readCNPGSecret(ctx, ns, caName, "the Cluster's CA Secret"); err != nil || prob != nil {
 		return prob, err
 	}
 	port := string(app.Data["port"])
@@ -191,39 +302,34 @@ func (r *IdempotentConsumerReconciler) resolveCNPG(ctx context.Context, obj *kaf
 	ds := &kafkav1alpha1.PlatformDatabaseStatus{OwnerSecret: appName, CASecret: caName, DDLEndpoint: net.JoinHostPort(ddlHost, port)}
 	st.Database = ds
 
-	if c.ConsumerRole == nil && c.Pooler == "" {
+	if p.podRole == nil && c.Pooler == "" {
 		return nil, nil
 	}
-	consumerHost := ddlHost
+	podHost := ddlHost
 	if c.Pooler != "" {
-		pooler, prob, err := r.getPlatformObject(ctx, cnpgPoolerGVK, obj.Namespace, c.Pooler, kafkav1alpha1.ReasonCNPGClusterNotFound)
+		pooler, prob, err := pc.getPlatformObject(ctx, cnpgPoolerGVK, ns, c.Pooler, kafkav1alpha1.ReasonCNPGClusterNotFound)
 		if err != nil || prob != nil {
 			return prob, err
 		}
 		if name, _, _ := unstructured.NestedString(pooler.Object, "spec", "cluster", "name"); name != c.Cluster {
 			return &problem{kafkav1alpha1.ReasonCNPGClusterNotFound, fmt.Sprintf("Pooler %q is for Cluster %q, not %q", c.Pooler, name, c.Cluster)}, nil
 		}
-		consumerHost = c.Pooler // the Pooler's Service is named after it
+		podHost = c.Pooler // the Pooler's Service is named after it
 		port = "5432"
-		// CloudNativePG's default pool mode is session: a server to the
-		// consumer. In transaction mode the runtime must be told
-		// (docs/database-secrets.md); a value the user set wins.
 		mode, _, _ := unstructured.NestedString(pooler.Object, "spec", "pgbouncer", "poolMode")
 		if mode == "" {
 			mode = "session"
 		}
 		ds.ConsumerPoolMode = mode
-		if mode == "transaction" && !hasEnv(obj.Spec.Consumer.Env, envvars.DatabasePooler) {
-			obj.Spec.Consumer.Env = append(obj.Spec.Consumer.Env, corev1.EnvVar{Name: envvars.DatabasePooler, Value: "transaction"})
-		}
+		res.poolMode = mode
 	}
 	user, password := string(app.Data["username"]), string(app.Data["password"])
 	if user == "" {
 		user = string(app.Data["user"])
 	}
 	ds.ConsumerSecret = appName
-	if role := c.ConsumerRole; role != nil {
-		sec, prob, err := r.readCNPGSecret(ctx, obj.Namespace, role.SecretRef.Name, "the consumer role's Secret")
+	if role := p.podRole; role != nil {
+		sec, prob, err := pc.readCNPGSecret(ctx, ns, role.SecretRef.Name, p.podRoleWhat+"'s Secret")
 		if err != nil || prob != nil {
 			return prob, err
 		}
@@ -231,9 +337,9 @@ func (r *IdempotentConsumerReconciler) resolveCNPG(ctx context.Context, obj *kaf
 		ds.ConsumerSecret = role.SecretRef.Name
 	}
 	u := url.URL{Scheme: "postgresql", User: url.UserPassword(user, password),
-		Host: net.JoinHostPort(consumerHost, port), Path: "/" + string(app.Data["dbname"])}
+		Host: net.JoinHostPort(podHost, port), Path: "/" + string(app.Data["dbname"])}
 	derived["uri"] = []byte(u.String())
-	obj.Spec.Database.ConsumerURLSecretRef = &kafkav1alpha1.SecretKeyRef{Name: PlatformSecretName(obj), Key: "uri"}
+	res.podURL = &kafkav1alpha1.SecretKeyRef{Name: p.derivedSecret, Key: "uri"}
 	ds.ConsumerEndpoint = u.Host
 	return nil, nil
 }
@@ -247,9 +353,9 @@ func hasEnv(env []corev1.EnvVar, name string) bool {
 	return false
 }
 
-func (r *IdempotentConsumerReconciler) readCNPGSecret(ctx context.Context, namespace, name, what string) (*corev1.Secret, *problem, error) {
+func (pc platformClient) readCNPGSecret(ctx context.Context, namespace, name, what string) (*corev1.Secret, *problem, error) {
 	var sec corev1.Secret
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &sec); err != nil {
+	if err := pc.reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &sec); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, &problem{kafkav1alpha1.ReasonCNPGSecretNotFound, fmt.Sprintf(
 				"Secret %q (%s) not found in namespace %q: CloudNativePG creates it with the Cluster", name, what, namespace)}, nil
@@ -259,36 +365,65 @@ func (r *IdempotentConsumerReconciler) readCNPGSecret(ctx context.Context, names
 	return &sec, nil, nil
 }
 
+// strimziACL is one simple-authorization ACL rule of a KafkaUser: the
+// operations on one literal resource.
+func strimziACL(typ, name string, ops ...string) any {
+	o := make([]any, len(ops))
+	for i, op := range ops {
+		o[i] = op
+	}
+	return map[string]any{
+		"resource":   map[string]any{"type": typ, "name": name, "patternType": "literal"},
+		"operations": o,
+		"host":       "*",
+	}
+}
+
 // strimziACLs are exactly the operations the consumer and the operator's
 // health checks need.
 func strimziACLs(obj *kafkav1alpha1.IdempotentConsumer) []any {
-	acl := func(typ, name string, ops ...string) any {
-		o := make([]any, len(ops))
-		for i, op := range ops {
-			o[i] = op
-		}
-		return map[string]any{
-			"resource":   map[string]any{"type": typ, "name": name, "patternType": "literal"},
-			"operations": o,
-			"host":       "*",
-		}
-	}
 	k := obj.Spec.Kafka
 	acls := []any{
-		acl("topic", k.Topic, "Read", "Describe", "DescribeConfigs"),
-		acl("group", k.GroupID, "Read"),
+		strimziACL("topic", k.Topic, "Read", "Describe", "DescribeConfigs"),
+		strimziACL("group", k.GroupID, "Read"),
 	}
 	if k.DeadLetterTopic != "" {
 		// Write for the consumer, Read for DeadLetterReplay, the rest for
 		// the health checks.
-		acls = append(acls, acl("topic", k.DeadLetterTopic, "Write", "Read", "Describe", "DescribeConfigs"))
+		acls = append(acls, strimziACL("topic", k.DeadLetterTopic, "Write", "Read", "Describe", "DescribeConfigs"))
 	}
 	return acls
 }
 
-func (r *IdempotentConsumerReconciler) resolveStrimzi(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, st *kafkav1alpha1.PlatformStatus, derived map[string][]byte, write bool) (*problem, error) {
-	sz := obj.Spec.Kafka.Strimzi
-	kafka, prob, err := r.getPlatformObject(ctx, strimziKafkaGVK, obj.Namespace, sz.Cluster, kafkav1alpha1.ReasonKafkaClusterNotFound)
+// deadLetterKafkaTopic is the dead-letter KafkaTopic the operator keeps for
+// obj's spec.kafka.deadLetterTopic under Strimzi.
+func deadLetterKafkaTopic(obj *kafkav1alpha1.IdempotentConsumer) *strimziTopic {
+	t := obj.Spec.Kafka.Strimzi.DeadLetterTopic
+	if t == nil {
+		t = &kafkav1alpha1.StrimziTopicSpec{}
+	}
+	partitions, replicas := int64(1), int64(3)
+	if t.Partitions != nil {
+		partitions = int64(*t.Partitions)
+	}
+	if t.Replicas != nil {
+		replicas = int64(*t.Replicas)
+	}
+	retention := obj.Retention()
+	if t.Retention != nil {
+		retention = t.Retention.Duration
+	}
+	return &strimziTopic{name: StrimziTopicName(obj), spec: map[string]any{
+		"topicName":  obj.Spec.Kafka.DeadLetterTopic,
+		"partitions": partitions,
+		"replicas":   replicas,
+		"config":     map[string]any{"retention.ms": retention.Milliseconds()},
+	}}
+}
+
+func (pc platformClient) resolveStrimzi(ctx context.Context, p platformSpec, res *platformResult, st *kafkav1alpha1.PlatformStatus, derived map[string][]byte, write bool) (*problem, error) {
+	sz, ns := p.strimzi, p.owner.GetNamespace()
+	kafka, prob, err := pc.getPlatformObject(ctx, strimziKafkaGVK, ns, sz.Cluster, kafkav1alpha1.ReasonKafkaClusterNotFound)
 	if err != nil || prob != nil {
 		return prob, err
 	}
@@ -312,7 +447,7 @@ func (r *IdempotentConsumerReconciler) resolveStrimzi(ctx context.Context, obj *
 	if auth == "" {
 		auth = kafkav1alpha1.StrimziSCRAMSHA512
 	}
-	userName := obj.Name
+	userName := p.kafkaUser
 	caName := sz.Cluster + "-cluster-ca-cert"
 	ks := &kafkav1alpha1.PlatformKafkaStatus{KafkaUser: userName, CASecret: caName, BootstrapServers: bootstrap}
 	st.Kafka = ks
@@ -320,61 +455,39 @@ func (r *IdempotentConsumerReconciler) resolveStrimzi(ctx context.Context, obj *
 	user := &unstructured.Unstructured{}
 	user.SetGroupVersionKind(strimziUserGVK)
 	user.SetName(userName)
-	user.SetNamespace(obj.Namespace)
+	user.SetNamespace(ns)
 	spec := map[string]any{
 		"authentication": map[string]any{"type": string(auth)},
-		"authorization":  map[string]any{"type": "simple", "acls": strimziACLs(obj)},
+		"authorization":  map[string]any{"type": "simple", "acls": p.acls},
 	}
 	if write {
-		cur, prob, err := r.applyStrimziObject(ctx, obj, user, sz.Cluster, spec)
+		cur, prob, err := pc.applyStrimziObject(ctx, p.owner, user, sz.Cluster, spec)
 		if err != nil || prob != nil {
 			return prob, err
 		}
 		user = cur
 	}
-	if k := obj.Spec.Kafka; k.DeadLetterTopic != "" && write {
-		t := obj.Spec.Kafka.Strimzi.DeadLetterTopic
-		if t == nil {
-			t = &kafkav1alpha1.StrimziTopicSpec{}
-		}
-		partitions, replicas := int64(1), int64(3)
-		if t.Partitions != nil {
-			partitions = int64(*t.Partitions)
-		}
-		if t.Replicas != nil {
-			replicas = int64(*t.Replicas)
-		}
-		retention := obj.Retention()
-		if t.Retention != nil {
-			retention = t.Retention.Duration
-		}
+	if t := p.deadLetterTopic; t != nil && write {
 		topic := &unstructured.Unstructured{}
 		topic.SetGroupVersionKind(strimziTopicGVK)
-		topic.SetName(StrimziTopicName(obj))
-		topic.SetNamespace(obj.Namespace)
-		tspec := map[string]any{
-			"topicName":  k.DeadLetterTopic,
-			"partitions": partitions,
-			"replicas":   replicas,
-			"config":     map[string]any{"retention.ms": retention.Milliseconds()},
-		}
-		if _, prob, err := r.applyStrimziObject(ctx, obj, topic, sz.Cluster, tspec); err != nil || prob != nil {
+		topic.SetName(t.name)
+		topic.SetNamespace(ns)
+		if _, prob, err := pc.applyStrimziObject(ctx, p.owner, topic, sz.Cluster, t.spec); err != nil || prob != nil {
 			return prob, err
 		}
 		ks.DeadLetterTopic = topic.GetName()
 	}
 
-	k := &obj.Spec.Kafka
-	k.BootstrapServers = strings.Split(bootstrap, ",")
-	k.TLS = &kafkav1alpha1.KafkaTLS{CASecretRef: &kafkav1alpha1.SecretKeyRef{Name: caName, Key: "ca.crt"}}
-	k.SASL = nil
+	res.brokers = strings.Split(bootstrap, ",")
+	res.tls = &kafkav1alpha1.KafkaTLS{CASecretRef: &kafkav1alpha1.SecretKeyRef{Name: caName, Key: "ca.crt"}}
+	res.sasl = nil
 	if auth == kafkav1alpha1.StrimziTLS {
-		k.TLS.ClientCertSecretRef = &kafkav1alpha1.SecretKeyRef{Name: userName, Key: "user.crt"}
-		k.TLS.ClientKeySecretRef = &kafkav1alpha1.SecretKeyRef{Name: userName, Key: "user.key"}
+		res.tls.ClientCertSecretRef = &kafkav1alpha1.SecretKeyRef{Name: userName, Key: "user.crt"}
+		res.tls.ClientKeySecretRef = &kafkav1alpha1.SecretKeyRef{Name: userName, Key: "user.key"}
 	} else {
 		derived["username"] = []byte(userName)
-		k.SASL = &kafkav1alpha1.KafkaSASL{Mechanism: kafkav1alpha1.SASLScramSHA512,
-			UsernameSecretRef: kafkav1alpha1.SecretKeyRef{Name: PlatformSecretName(obj), Key: "username"},
+		res.sasl = &kafkav1alpha1.KafkaSASL{Mechanism: kafkav1alpha1.SASLScramSHA512,
+			UsernameSecretRef: kafkav1alpha1.SecretKeyRef{Name: p.derivedSecret, Key: "username"},
 			PasswordSecretRef: kafkav1alpha1.SecretKeyRef{Name: userName, Key: "password"}}
 	}
 	if !strimziReady(user) {
@@ -398,21 +511,21 @@ func strimziReady(u *unstructured.Unstructured) bool {
 // applyStrimziObject creates or updates a KafkaUser or KafkaTopic this object
 // controls. One of the same name that is not this object's is left alone
 // unless it carries AnnotationAdoptPlatformObject naming this object.
-func (r *IdempotentConsumerReconciler) applyStrimziObject(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, want *unstructured.Unstructured, cluster string, spec map[string]any) (*unstructured.Unstructured, *problem, error) {
+func (pc platformClient) applyStrimziObject(ctx context.Context, obj client.Object, want *unstructured.Unstructured, cluster string, spec map[string]any) (*unstructured.Unstructured, *problem, error) {
 	gvk := want.GroupVersionKind()
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(gvk)
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: want.GetNamespace(), Name: want.GetName()}, cur)
+	err := pc.reader.Get(ctx, types.NamespacedName{Namespace: want.GetNamespace(), Name: want.GetName()}, cur)
 	switch {
 	case meta.IsNoMatchError(err):
 		return nil, &problem{kafkav1alpha1.ReasonPlatformKindAbsent, fmt.Sprintf("%s (%s) is not installed in this cluster", gvk.Kind, gvk.GroupVersion())}, nil
 	case apierrors.IsNotFound(err):
 		want.SetLabels(map[string]string{"strimzi.io/cluster": cluster, "app.kubernetes.io/managed-by": "idempotent-consumer-operator"})
 		want.Object["spec"] = spec
-		if err := controllerutil.SetControllerReference(obj, want, r.Client.Scheme()); err != nil {
+		if err := controllerutil.SetControllerReference(obj, want, pc.client.Scheme()); err != nil {
 			return nil, nil, err
 		}
-		if err := r.Client.Create(ctx, want); err != nil {
+		if err := pc.client.Create(ctx, want); err != nil {
 			return nil, nil, fmt.Errorf("creating %s %s: %w", gvk.Kind, want.GetName(), err)
 		}
 		return want, nil, nil
@@ -420,12 +533,12 @@ func (r *IdempotentConsumerReconciler) applyStrimziObject(ctx context.Context, o
 		return nil, nil, fmt.Errorf("reading %s %s: %w", gvk.Kind, want.GetName(), err)
 	}
 	if !metav1.IsControlledBy(cur, obj) {
-		if cur.GetAnnotations()[kafkav1alpha1.AnnotationAdoptPlatformObject] != obj.Name || metav1.GetControllerOf(cur) != nil {
+		if cur.GetAnnotations()[kafkav1alpha1.AnnotationAdoptPlatformObject] != obj.GetName() || metav1.GetControllerOf(cur) != nil {
 			return nil, &problem{kafkav1alpha1.ReasonPlatformObjectNotOwned, fmt.Sprintf(
 				"%s %q exists and is not this object's: it is left as it is. To hand it over, annotate it %s=%s",
-				gvk.Kind, cur.GetName(), kafkav1alpha1.AnnotationAdoptPlatformObject, obj.Name)}, nil
+				gvk.Kind, cur.GetName(), kafkav1alpha1.AnnotationAdoptPlatformObject, obj.GetName())}, nil
 		}
-		if err := controllerutil.SetControllerReference(obj, cur, r.Client.Scheme()); err != nil {
+		if err := controllerutil.SetControllerReference(obj, cur, pc.client.Scheme()); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -436,7 +549,7 @@ func (r *IdempotentConsumerReconciler) applyStrimziObject(ctx context.Context, o
 	labels["strimzi.io/cluster"] = cluster
 	cur.SetLabels(labels)
 	cur.Object["spec"] = spec
-	if err := r.Client.Update(ctx, cur); err != nil {
+	if err := pc.client.Update(ctx, cur); err != nil {
 		return nil, nil, fmt.Errorf("updating %s %s: %w", gvk.Kind, cur.GetName(), err)
 	}
 	return cur, nil, nil
@@ -444,16 +557,15 @@ func (r *IdempotentConsumerReconciler) applyStrimziObject(ctx context.Context, o
 
 // applyPlatformSecret keeps the Secret of derived values, owned by obj.
 // Secrets are not cached: read with the APIReader.
-func (r *IdempotentConsumerReconciler) applyPlatformSecret(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, data map[string][]byte) error {
-	name := PlatformSecretName(obj)
+func (pc platformClient) applyPlatformSecret(ctx context.Context, obj client.Object, name string, data map[string][]byte) error {
 	var cur corev1.Secret
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: obj.Namespace, Name: name}, &cur)
+	err := pc.reader.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}, &cur)
 	if apierrors.IsNotFound(err) {
-		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: name}, Data: data}
-		if err := controllerutil.SetControllerReference(obj, sec, r.Client.Scheme()); err != nil {
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: name}, Data: data}
+		if err := controllerutil.SetControllerReference(obj, sec, pc.client.Scheme()); err != nil {
 			return err
 		}
-		if err := r.Client.Create(ctx, sec); err != nil {
+		if err := pc.client.Create(ctx, sec); err != nil {
 			return fmt.Errorf("creating Secret %s: %w", name, err)
 		}
 		return nil
@@ -467,7 +579,7 @@ func (r *IdempotentConsumerReconciler) applyPlatformSecret(ctx context.Context, 
 		return nil
 	}
 	cur.Data = data
-	if err := r.Client.Update(ctx, &cur); err != nil {
+	if err := pc.client.Update(ctx, &cur); err != nil {
 		return fmt.Errorf("updating Secret %s: %w", name, err)
 	}
 	return nil
@@ -483,4 +595,93 @@ func equalData(a, b map[string][]byte) bool {
 		}
 	}
 	return true
+}
+
+// The Outbox's platform integrations: the same references, resolved the
+// same way, for the relay instead of the consumer. The relay's KafkaUser is
+// named after its Deployment, and its derived Secret "<name>-outbox-platform",
+// so that an IdempotentConsumer and an Outbox of one name never compete for
+// one object. No KafkaTopic: the outbox's topics are the application's, and
+// are reported missing as without Strimzi (KafkaReady, TopicNotFound).
+
+// OutboxPlatformSecretName is the Secret the operator keeps with what it
+// derives for an Outbox: "uri" (the relay's CloudNativePG URL) and
+// "username" (the KafkaUser's name, for SCRAM).
+func OutboxPlatformSecretName(obj *kafkav1alpha1.Outbox) string {
+	return obj.Name + "-outbox-platform"
+}
+
+// OutboxKafkaUserName is the KafkaUser the operator keeps for an Outbox's
+// relay (and the Secret Strimzi makes for it): the relay Deployment's name.
+func OutboxKafkaUserName(obj *kafkav1alpha1.Outbox) string {
+	return objects.RelayDeploymentName(obj)
+}
+
+// strimziProducerACLs are exactly the operations the relay and the
+// operator's topic check need on each of topics: Write to publish, Describe
+// for the metadata a producer reads, DescribeConfigs for the check of
+// retention.ms and max.message.bytes (KafkaReady, ConsumerRetentionCovered),
+// which uses the same credentials. The relay's kafka-go Writer is neither
+// idempotent nor transactional (consumer/outbox/publish.go), so no
+// IdempotentWrite on the cluster and no transactional id.
+func strimziProducerACLs(topics []string) []any {
+	acls := make([]any, 0, len(topics))
+	for _, t := range topics {
+		acls = append(acls, strimziACL("topic", t, "Write", "Describe", "DescribeConfigs"))
+	}
+	return acls
+}
+
+// outboxPlatform is an Outbox's platformSpec.
+func outboxPlatform(obj *kafkav1alpha1.Outbox) platformSpec {
+	p := platformSpec{owner: obj, podRoleWhat: "the relay role", kafkaUser: OutboxKafkaUserName(obj), derivedSecret: OutboxPlatformSecretName(obj)}
+	if c := obj.Spec.Database.CloudNativePG; c != nil {
+		p.cnpg, p.podRole = &c.CloudNativePGCluster, c.RelayRole
+	}
+	if sz := obj.Spec.Kafka.Strimzi; sz != nil {
+		p.strimzi = sz
+		p.acls = strimziProducerACLs(obj.Spec.Kafka.Topics)
+	}
+	return p
+}
+
+// resolvePlatforms fills the Outbox's spec in memory from the platform
+// objects (urlSecretRef, caSecretRef, relayURLSecretRef, bootstrapServers,
+// tls, sasl) and sets status.platform. A problem comes with the condition it
+// belongs to (DatabaseReady for CloudNativePG, KafkaReady for Strimzi).
+func (r *OutboxReconciler) resolvePlatforms(ctx context.Context, obj *kafkav1alpha1.Outbox, write bool) (string, *problem, error) {
+	p := outboxPlatform(obj)
+	if !p.used() {
+		obj.Status.Platform = nil
+		return "", nil, nil
+	}
+	res, err := platformClient{r.Client, r.APIReader}.resolve(ctx, p, write)
+	d, k := &obj.Spec.Database, &obj.Spec.Kafka
+	if res.databaseURL != nil {
+		d.URLSecretRef, d.CASecretRef = *res.databaseURL, res.databaseCA
+	}
+	if res.podURL != nil {
+		d.RelayURLSecretRef = res.podURL
+	}
+	if res.brokers != nil {
+		k.BootstrapServers, k.TLS, k.SASL = res.brokers, res.tls, res.sasl
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	if res.prob == nil && res.poolMode != "" && res.poolMode != "session" {
+		// The consumer is told the pool mode; the relay cannot work in
+		// any but session mode (docs/outbox.md).
+		res.prob = &problem{kafkav1alpha1.ReasonInvalidSpec, fmt.Sprintf(
+			"Pooler %q pools in %s mode: the relay holds a session (an advisory lock, LISTEN), which only session mode keeps; name a Pooler in session mode, or none",
+			obj.Spec.Database.CloudNativePG.Pooler, res.poolMode)}
+	}
+	if res.prob != nil {
+		if res.kafkaProblem {
+			return kafkav1alpha1.ConditionKafkaReady, res.prob, nil
+		}
+		return kafkav1alpha1.ConditionDatabaseReady, res.prob, nil
+	}
+	obj.Status.Platform = res.status
+	return "", nil, nil
 }

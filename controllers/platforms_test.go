@@ -75,14 +75,14 @@ func (te *testEnv) getPlatform(t testing.TB, gvk schema.GroupVersionKind, ns, na
 func withCNPG(cluster string) func(*kafkav1alpha1.IdempotentConsumer) {
 	return func(o *kafkav1alpha1.IdempotentConsumer) {
 		o.Spec.Database.URLSecretRef = kafkav1alpha1.SecretKeyRef{}
-		o.Spec.Database.CloudNativePG = &kafkav1alpha1.CloudNativePGSpec{Cluster: cluster}
+		o.Spec.Database.CloudNativePG = &kafkav1alpha1.CloudNativePGSpec{CloudNativePGCluster: kafkav1alpha1.CloudNativePGCluster{Cluster: cluster}}
 	}
 }
 
 func withStrimzi(cluster string) func(*kafkav1alpha1.IdempotentConsumer) {
 	return func(o *kafkav1alpha1.IdempotentConsumer) {
 		o.Spec.Kafka.BootstrapServers = nil
-		o.Spec.Kafka.Strimzi = &kafkav1alpha1.StrimziSpec{Cluster: cluster}
+		o.Spec.Kafka.Strimzi = &kafkav1alpha1.StrimziSpec{StrimziCluster: kafkav1alpha1.StrimziCluster{Cluster: cluster}}
 	}
 }
 
@@ -413,14 +413,15 @@ func TestPlatformSecretIndex(t *testing.T) {
 
 // testPlatformSamples creates every object of config/samples/platforms
 // (docs/platforms.md shows the same YAML) through the API server with the
-// stand-in CRDs, and the Strimzi sample gets its KafkaUser.
+// stand-in CRDs, and the Strimzi sample gets its KafkaUser; the Outbox
+// sample waits for the Cluster's Secrets.
 func testPlatformSamples(t *testing.T, te *testEnv) {
 	ns := te.namespace(t)
 	doc, err := os.ReadFile(filepath.Join("..", "docs", "platforms.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, file := range []string{"cloudnativepg.yaml", "strimzi.yaml"} {
+	for _, file := range []string{"cloudnativepg.yaml", "strimzi.yaml", "outbox.yaml"} {
 		sample, err := os.ReadFile(filepath.Join("..", "config", "samples", "platforms", file))
 		if err != nil {
 			t.Fatal(err)
@@ -470,4 +471,6 @@ func testPlatformSamples(t *testing.T, te *testEnv) {
 		return err == nil, conditionsSummary(te.get(t, ns, "payments"))
 	})
 	te.waitCondition(t, ns, "orders", kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonCNPGSecretNotFound)
+	// The Outbox of the same name wants nothing of the IdempotentConsumer's.
+	te.waitOutbox(t, ns, "orders", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, kafkav1alpha1.ReasonCNPGSecretNotFound, `"orders-pg-app"`)
 }

@@ -32,15 +32,26 @@ import (
 
 // OutboxKafkaSpec says which brokers the relay publishes to, how it
 // authenticates, and which topics the outbox's events go to.
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrapServers) != has(self.strimzi)",message="set exactly one of kafka.bootstrapServers and kafka.strimzi"
+// +kubebuilder:validation:XValidation:rule="!has(self.strimzi) || (!has(self.tls) && !has(self.sasl))",message="with kafka.strimzi the operator wires the KafkaUser's Secret and the cluster CA: leave tls and sasl unset"
 type OutboxKafkaSpec struct {
 	// bootstrapServers are the brokers to bootstrap from, as host:port.
-	// +required
+	// Exactly one of bootstrapServers and strimzi.
+	// +optional
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=261
 	// +kubebuilder:validation:items:Pattern=`^(\[[0-9a-fA-F:.]+\]|[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?):[0-9]{1,5}$`
 	// +listType=set
-	BootstrapServers []string `json:"bootstrapServers"`
+	BootstrapServers []string `json:"bootstrapServers,omitempty"`
+
+	// strimzi names a Strimzi Kafka cluster instead of bootstrapServers,
+	// tls and sasl: the operator keeps a KafkaUser "<name>-outbox-relay"
+	// for the relay, allowed to write to (and describe) exactly the topics
+	// below, and wires its Secret and the cluster CA in. The topics are
+	// not created (docs/platforms.md).
+	// +optional
+	Strimzi *StrimziCluster `json:"strimzi,omitempty"`
 
 	// topics are the topics the outbox's events are emitted to. The
 	// operator checks that each exists (KafkaReady) and compares the dedup
@@ -72,16 +83,26 @@ type OutboxKafkaSpec struct {
 
 // OutboxDatabaseSpec says where the outbox table lives and which roles use
 // it.
+// +kubebuilder:validation:XValidation:rule="has(self.urlSecretRef) != has(self.cloudNativePG)",message="set exactly one of database.urlSecretRef and database.cloudNativePG"
+// +kubebuilder:validation:XValidation:rule="has(self.cloudNativePG) == has(oldSelf.cloudNativePG)",message="database.cloudNativePG cannot be added or removed: another database has none of this outbox's unpublished events"
+// +kubebuilder:validation:XValidation:rule="!has(self.cloudNativePG) || (!has(self.relayURLSecretRef) && !has(self.caSecretRef))",message="with database.cloudNativePG the operator takes the relay URL and CA from the cluster: leave relayURLSecretRef and caSecretRef unset"
 type OutboxDatabaseSpec struct {
 	// urlSecretRef selects a Secret key holding a PostgreSQL connection URL
 	// whose role runs the outbox's DDL (it owns the table), as
 	// spec.database.urlSecretRef of an IdempotentConsumer. It reaches the
 	// relay pods only when relayURLSecretRef is absent. Immutable: another
 	// Secret may point at another database, where this outbox's unpublished
-	// events are not.
-	// +required
+	// events are not. Exactly one of urlSecretRef and cloudNativePG.
+	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="database.urlSecretRef is immutable: another Secret may point at another database, without this outbox's unpublished events; rotate credentials by changing the Secret's value"
-	URLSecretRef SecretKeyRef `json:"urlSecretRef"`
+	URLSecretRef SecretKeyRef `json:"urlSecretRef,omitzero"`
+
+	// cloudNativePG names a CloudNativePG Cluster (and optionally a Pooler
+	// in session mode) instead of URL Secrets, as for an
+	// IdempotentConsumer (docs/platforms.md). Exactly one of urlSecretRef
+	// and cloudNativePG; neither can be swapped for the other.
+	// +optional
+	CloudNativePG *OutboxCloudNativePGSpec `json:"cloudNativePG,omitempty"`
 
 	// relayURLSecretRef selects a Secret key holding the connection URL the
 	// relay pods use, as a role of their own (CREATE ROLE ... LOGIN; it
@@ -380,6 +401,11 @@ type OutboxStatus struct {
 	// single-role setup. When it changes, the former one's are revoked.
 	// +optional
 	RelayRole string `json:"relayRole,omitempty"`
+
+	// platform: the CloudNativePG and Strimzi objects and Secrets the
+	// operator used (spec.database.cloudNativePG, spec.kafka.strimzi).
+	// +optional
+	Platform *PlatformStatus `json:"platform,omitempty"`
 
 	// emitterRoles are the roles last granted emit access
 	// (spec.database.emitterRoles); a role removed from the spec has it

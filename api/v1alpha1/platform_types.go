@@ -24,8 +24,10 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // objects and never writes them, and owns the KafkaUser and KafkaTopic it
 // makes for Strimzi.
 
-// CloudNativePGSpec names a CloudNativePG (postgresql.cnpg.io/v1) Cluster.
-type CloudNativePGSpec struct {
+// CloudNativePGCluster names a CloudNativePG (postgresql.cnpg.io/v1)
+// Cluster and, optionally, a Pooler of it: the part of the reference an
+// IdempotentConsumer and an Outbox share.
+type CloudNativePGCluster struct {
 	// cluster is the name of the CloudNativePG Cluster, in this object's
 	// namespace. The operator's DDL connects as the Cluster's application
 	// owner with its "<cluster>-app" Secret, straight to the read-write
@@ -38,10 +40,17 @@ type CloudNativePGSpec struct {
 	Cluster string `json:"cluster"`
 
 	// pooler is the name of a CloudNativePG Pooler (type rw) of that
-	// cluster: the consumer connects through its Service. DDL never does.
+	// cluster: the consumer (an Outbox's relay) connects through its
+	// Service. DDL never does. An Outbox's relay holds a session (an
+	// advisory lock, LISTEN): its Pooler must be in session mode.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Pooler string `json:"pooler,omitempty"`
+}
+
+// CloudNativePGSpec is an IdempotentConsumer's CloudNativePG reference.
+type CloudNativePGSpec struct {
+	CloudNativePGCluster `json:",inline"`
 
 	// consumerRole is the role the consumer connects as: an entry the
 	// platform declares in the Cluster's spec.managed.roles, with its
@@ -51,13 +60,27 @@ type CloudNativePGSpec struct {
 	ConsumerRole *CloudNativePGRole `json:"consumerRole,omitempty"`
 }
 
+// OutboxCloudNativePGSpec is an Outbox's CloudNativePG reference.
+type OutboxCloudNativePGSpec struct {
+	CloudNativePGCluster `json:",inline"`
+
+	// relayRole is the role the relay connects as, as
+	// spec.database.relayURLSecretRef's user: an entry the platform
+	// declares in the Cluster's spec.managed.roles, with its password
+	// Secret (username, password). The operator grants it only what the
+	// relay needs. Without it the relay uses the application owner's
+	// Secret.
+	// +optional
+	RelayRole *CloudNativePGRole `json:"relayRole,omitempty"`
+}
+
 // CloudNativePGRole is a managed role and the Secret holding its password.
 type CloudNativePGRole struct {
 	// name of the role (spec.managed.roles[].name).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:XValidation:rule="self.lowerAscii() != 'public' && self.lowerAscii() != 'none' && !self.lowerAscii().startsWith('pg_')",message="public (every role), none and the predefined pg_ roles are refused; name the consumer's own role"
+	// +kubebuilder:validation:XValidation:rule="self.lowerAscii() != 'public' && self.lowerAscii() != 'none' && !self.lowerAscii().startsWith('pg_')",message="public (every role), none and the predefined pg_ roles are refused; name the consumer's (relay's) own role"
 	Name string `json:"name"`
 	// secretRef is the role's passwordSecret: a Secret in this namespace
 	// with the keys username and password.
@@ -65,7 +88,7 @@ type CloudNativePGRole struct {
 	SecretRef LocalObjectName `json:"secretRef"`
 }
 
-// LocalObjectName names an object in the IdempotentConsumer's namespace.
+// LocalObjectName names an object in the referring object's namespace.
 type LocalObjectName struct {
 	// name of the object.
 	// +required
@@ -74,7 +97,7 @@ type LocalObjectName struct {
 	Name string `json:"name"`
 }
 
-// StrimziAuthentication is how the consumer's KafkaUser authenticates.
+// StrimziAuthentication is how the KafkaUser the operator keeps authenticates.
 // +kubebuilder:validation:Enum=scram-sha-512;tls
 type StrimziAuthentication string
 
@@ -83,8 +106,9 @@ const (
 	StrimziTLS         StrimziAuthentication = "tls"
 )
 
-// StrimziSpec names a Strimzi (kafka.strimzi.io/v1beta2) Kafka cluster.
-type StrimziSpec struct {
+// StrimziCluster names a Strimzi (kafka.strimzi.io/v1beta2) Kafka cluster:
+// the part of the reference an IdempotentConsumer and an Outbox share.
+type StrimziCluster struct {
 	// cluster is the name of the Strimzi Kafka, in this object's namespace
 	// (the KafkaUser and KafkaTopic carry strimzi.io/cluster=<cluster>, so
 	// the Entity Operator must watch this namespace).
@@ -94,7 +118,7 @@ type StrimziSpec struct {
 	Cluster string `json:"cluster"`
 
 	// listener is the name of the Kafka listener whose bootstrap address
-	// the consumer uses (status.listeners[].name). Default "tls".
+	// the pods use (status.listeners[].name). Default "tls".
 	// +optional
 	// +kubebuilder:validation:MaxLength=25
 	Listener string `json:"listener,omitempty"`
@@ -103,6 +127,11 @@ type StrimziSpec struct {
 	// (the default) or tls (mutual TLS).
 	// +optional
 	Authentication StrimziAuthentication `json:"authentication,omitempty"`
+}
+
+// StrimziSpec is an IdempotentConsumer's Strimzi reference.
+type StrimziSpec struct {
+	StrimziCluster `json:",inline"`
 
 	// deadLetterTopic shapes the KafkaTopic the operator creates for
 	// spec.kafka.deadLetterTopic.
@@ -146,11 +175,13 @@ type PlatformDatabaseStatus struct {
 	CASecret string `json:"caSecret"`
 	// ddlEndpoint is the host:port the DDL connects to (the rw Service).
 	DDLEndpoint string `json:"ddlEndpoint"`
-	// consumerSecret is the Secret with the consumer's credentials.
+	// consumerSecret is the Secret with the consumer's (an Outbox's
+	// relay's) credentials.
 	// +optional
 	ConsumerSecret string `json:"consumerSecret,omitempty"`
-	// consumerEndpoint is the host:port the consumer connects to (the
-	// Pooler's Service when spec.database.cloudNativePG.pooler is set).
+	// consumerEndpoint is the host:port the consumer (relay) connects to
+	// (the Pooler's Service when spec.database.cloudNativePG.pooler is
+	// set).
 	// +optional
 	ConsumerEndpoint string `json:"consumerEndpoint,omitempty"`
 	// consumerPoolMode is the Pooler's spec.pgbouncer.poolMode ("session"
@@ -162,8 +193,8 @@ type PlatformDatabaseStatus struct {
 
 // PlatformKafkaStatus is what the Strimzi integration used.
 type PlatformKafkaStatus struct {
-	// kafkaUser is the KafkaUser the operator keeps for the consumer; its
-	// Secret has the same name.
+	// kafkaUser is the KafkaUser the operator keeps for the consumer (an
+	// Outbox's relay); its Secret has the same name.
 	KafkaUser string `json:"kafkaUser"`
 	// deadLetterTopic is the KafkaTopic the operator keeps, if any.
 	// +optional
@@ -185,7 +216,7 @@ const (
 	// does not exist.
 	ReasonCNPGClusterNotFound = "CNPGClusterNotFound"
 	// ReasonCNPGSecretNotFound: the Cluster's "-app" or "-ca" Secret, or the
-	// consumer role's Secret, does not exist (yet).
+	// consumer's (relay's) role's Secret, does not exist (yet).
 	ReasonCNPGSecretNotFound = "CNPGSecretNotFound" //nolint:gosec // G101: a condition reason, not a credential
 	// ReasonKafkaClusterNotFound: the named Strimzi Kafka does not exist, or
 	// has no listener of that name in its status yet.
@@ -200,5 +231,6 @@ const (
 )
 
 // AnnotationAdoptPlatformObject on a user's KafkaUser or KafkaTopic, set to
-// the IdempotentConsumer's name, lets the operator take it over.
+// the IdempotentConsumer's (or Outbox's) name, lets the operator take it
+// over.
 const AnnotationAdoptPlatformObject = "kafka.idempotency.dev/adopt"
