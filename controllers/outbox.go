@@ -289,19 +289,31 @@ func (r *OutboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	obj.Status.EmitFunction = s.tbl.EmitFunction()
 
 	switch {
-	case platformProb != nil:
-		// As for an IdempotentConsumer: no phase runs without the refs, and
-		// the wait (a Cluster, Secret or KafkaUser still being made) is
-		// polled, without an Event.
-		obj.SetCondition(platformCond, metav1.ConditionFalse, platformProb.reason, platformProb.message)
-		s.problems = append(s.problems, *platformProb)
-		observeProblem(platformProb.reason)
-		s.wake(platformPollInterval)
 	case obj.Spec.Suspend:
+		// Before any platform wait: a suspended Outbox writes nothing, so
+		// an object it would wait for (a KafkaUser it does not write while
+		// suspended) is not its state.
 		obj.SetCondition(kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonSuspended,
 			"spec.suspend is true: no DDL, no grants, no partition maintenance, no change to the relay Deployment")
 		obj.Status.ObservedGeneration = obj.Generation
 		return ctrl.Result{}, r.patchStatus(ctx, orig, obj)
+	case platformProb != nil:
+		// The wait (a Cluster, Secret or KafkaUser still being made) is
+		// polled, without an Event. A database wait holds every phase; a
+		// Kafka one (a KafkaUser not Ready: Strimzi's User Operator says so
+		// while the brokers are down) holds only the Kafka side, the topic
+		// checks and the relay Deployment, which keeps its current template:
+		// partitions are still premade and dropped, roles granted, stats
+		// read, as for a broker that is down without Strimzi.
+		obj.SetCondition(platformCond, metav1.ConditionFalse, platformProb.reason, platformProb.message)
+		s.problems = append(s.problems, *platformProb)
+		observeProblem(platformProb.reason)
+		s.wake(platformPollInterval)
+		if platformCond == kafkav1alpha1.ConditionKafkaReady {
+			if err := r.outboxDatabasePhases(ctx, s); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 	default:
 		if err := r.outboxPhases(ctx, s); err != nil {
 			return ctrl.Result{}, err
@@ -335,16 +347,25 @@ func (r *OutboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 
 // outboxPhases runs the phases in order; only API-server failures stop them.
 func (r *OutboxReconciler) outboxPhases(ctx context.Context, s *outboxState) error {
-	if err := r.outboxDatabase(ctx, s); err != nil {
+	if err := r.outboxDatabasePhases(ctx, s); err != nil {
 		return err
 	}
-	r.outboxPartitions(ctx, s)
-	r.outboxStats(ctx, s)
 	for _, phase := range []func(context.Context, *outboxState) error{r.outboxTopics, r.outboxConsumerRetention, r.outboxRelay} {
 		if err := phase(ctx, s); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// outboxDatabasePhases are the phases that need only the database: the
+// table, grants, partitions and stats.
+func (r *OutboxReconciler) outboxDatabasePhases(ctx context.Context, s *outboxState) error {
+	if err := r.outboxDatabase(ctx, s); err != nil {
+		return err
+	}
+	r.outboxPartitions(ctx, s)
+	r.outboxStats(ctx, s)
 	return nil
 }
 

@@ -199,7 +199,9 @@ func (pc platformClient) resolve(ctx context.Context, p platformSpec, write bool
 		}
 	}
 	if write && len(derived) > 0 {
-		if err := pc.applyPlatformSecret(ctx, p.owner, p.derivedSecret, derived); err != nil {
+		prob, err := pc.applyPlatformSecret(ctx, p.owner, p.derivedSecret, derived)
+		if err != nil || prob != nil {
+			res.prob = prob
 			return res, err
 		}
 	}
@@ -492,12 +494,18 @@ func (pc platformClient) resolveStrimzi(ctx context.Context, p platformSpec, res
 	}
 	if !strimziReady(user) {
 		return &problem{kafkav1alpha1.ReasonKafkaUserNotReady, fmt.Sprintf(
-			"KafkaUser %q is not Ready yet: the Strimzi User Operator has not created its Secret and ACLs", userName)}, nil
+			"KafkaUser %q is not Ready yet: the Strimzi User Operator has not applied its current spec (its Secret and ACLs)", userName)}, nil
 	}
 	return nil, nil
 }
 
 func strimziReady(u *unstructured.Unstructured) bool {
+	// Ready for the spec before the last change (ACLs for a topic just
+	// added not yet applied) is not ready. Strimzi always reports the
+	// generation it saw; a status without it is judged by its conditions.
+	if seen, ok, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration"); ok && seen < u.GetGeneration() {
+		return false
+	}
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
 		m, _ := c.(map[string]any)
@@ -557,32 +565,41 @@ func (pc platformClient) applyStrimziObject(ctx context.Context, obj client.Obje
 
 // applyPlatformSecret keeps the Secret of derived values, owned by obj.
 // Secrets are not cached: read with the APIReader.
-func (pc platformClient) applyPlatformSecret(ctx context.Context, obj client.Object, name string, data map[string][]byte) error {
+func (pc platformClient) applyPlatformSecret(ctx context.Context, obj client.Object, name string, data map[string][]byte) (*problem, error) {
 	var cur corev1.Secret
 	err := pc.reader.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}, &cur)
 	if apierrors.IsNotFound(err) {
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: name}, Data: data}
 		if err := controllerutil.SetControllerReference(obj, sec, pc.client.Scheme()); err != nil {
-			return err
+			return nil, err
 		}
 		if err := pc.client.Create(ctx, sec); err != nil {
-			return fmt.Errorf("creating Secret %s: %w", name, err)
+			return nil, fmt.Errorf("creating Secret %s: %w", name, err)
 		}
-		return nil
+		return nil, nil
 	} else if err != nil {
-		return fmt.Errorf("reading Secret %s: %w", name, err)
+		return nil, fmt.Errorf("reading Secret %s: %w", name, err)
 	}
 	if !metav1.IsControlledBy(&cur, obj) {
-		return fmt.Errorf("secret %s exists and is not this object's", name)
+		// Never adopted: it holds credentials. Another object's derived
+		// Secret (an IdempotentConsumer "x-outbox" and an Outbox "x" both
+		// want "x-outbox-platform") or a user's.
+		owner := "no controller"
+		if c := metav1.GetControllerOf(&cur); c != nil {
+			owner = fmt.Sprintf("controlled by %s %q", c.Kind, c.Name)
+		}
+		return &problem{kafkav1alpha1.ReasonPlatformObjectNotOwned, fmt.Sprintf(
+			"the Secret %q this object keeps its derived platform values in exists and is not this object's (%s): it is left as it is; rename this object or remove that Secret",
+			name, owner)}, nil
 	}
 	if equalData(cur.Data, data) {
-		return nil
+		return nil, nil
 	}
 	cur.Data = data
 	if err := pc.client.Update(ctx, &cur); err != nil {
-		return fmt.Errorf("updating Secret %s: %w", name, err)
+		return nil, fmt.Errorf("updating Secret %s: %w", name, err)
 	}
-	return nil
+	return nil, nil
 }
 
 func equalData(a, b map[string][]byte) bool {
