@@ -137,16 +137,12 @@ func TestHandlerBackoff_MustFitShutdownTimeout(t *testing.T) {
 	}
 }
 
-// TestHandlerBackoff_ShutdownWaitsPauseOut: a shutdown that finds the
-// partition pausing between a handler's attempts lets the batch wait the
-// pause out and finish within ShutdownTimeout: the event takes effect and
-// the offset is committed past it, instead of the batch being abandoned.
-// The pause is longer than the session timeout: the member keeps
-// heartbeating while its partitions drain, so the commit is still its
-// generation's (third_party/kafka-go/PATCH.md, DrainTimeout).
-func TestHandlerBackoff_ShutdownWaitsPauseOut(t *testing.T) {
-	e := newEnv(t)
-	e.dumpLogsOnFailure(t)
+// pausingAtShutdown starts a consumer whose handler fails the first call
+// of one event, so that its partition pauses 2s, longer than the 1s
+// session timeout, before the next attempt; it returns once that first
+// call failed, with the event's id.
+func pausingAtShutdown(t *testing.T, e *env) (*running, uuid.UUID) {
+	t.Helper()
 	id := newID(t)
 	e.kafka.Produce(t, e.topic, event(id, 0, ""))
 	var calls atomic.Int64
@@ -170,15 +166,36 @@ func TestHandlerBackoff_ShutdownWaitsPauseOut(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the handler was not called")
 	}
-	stopWithin(t, r, 10*time.Second)
+	return r, id
+}
+
+// assertCommittedPast checks the event took effect once and the offset
+// was committed past it.
+func assertCommittedPast(t *testing.T, e *env, id uuid.UUID) {
+	t.Helper()
 	assertEffectAndDedupRow(t, e, []uuid.UUID{id}, []bool{true})
 	co, err := e.committed(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if co[0] != 1 {
-		t.Errorf("committed offset %d, want 1", co[0])
+		t.Errorf("committed offset %d, want 1 (the shutdown's commit was refused; see the log)", co[0])
 	}
+}
+
+// TestHandlerBackoff_ShutdownWaitsPauseOut: a shutdown that finds the
+// partition pausing between a handler's attempts lets the batch wait the
+// pause out and finish within ShutdownTimeout: the event takes effect and
+// the offset is committed past it, instead of the batch being abandoned.
+// The pause is longer than the session timeout: the member keeps
+// heartbeating while its partitions drain, so the commit is still its
+// generation's (third_party/kafka-go/PATCH.md, DrainTimeout).
+func TestHandlerBackoff_ShutdownWaitsPauseOut(t *testing.T) {
+	e := newEnv(t)
+	e.dumpLogsOnFailure(t)
+	r, id := pausingAtShutdown(t, e)
+	stopWithin(t, r, 10*time.Second)
+	assertCommittedPast(t, e, id)
 }
 
 // TestHandlerBackoff_ShutdownDuringARebalanceWaitsPauseOut: as
@@ -190,29 +207,7 @@ func TestHandlerBackoff_ShutdownWaitsPauseOut(t *testing.T) {
 func TestHandlerBackoff_ShutdownDuringARebalanceWaitsPauseOut(t *testing.T) {
 	e := newEnv(t)
 	e.dumpLogsOnFailure(t)
-	id := newID(t)
-	e.kafka.Produce(t, e.topic, event(id, 0, ""))
-	var calls atomic.Int64
-	failed := make(chan struct{})
-	h := func(ctx context.Context, tx pgx.Tx, ev *consumer.Event) error {
-		if calls.Add(1) == 1 {
-			close(failed)
-			return errors.New("not yet")
-		}
-		return e.handler(ctx, tx, ev)
-	}
-	r := e.start(e.config(func(c *consumer.Config) {
-		c.HandlerBackoff = 2 * time.Second
-		c.HandlerBackoffMax = 2 * time.Second
-		c.ShutdownTimeout = 5 * time.Second
-		c.SessionTimeout = time.Second
-		c.HeartbeatInterval = 200 * time.Millisecond
-	}), h)
-	select {
-	case <-failed:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the handler was not called")
-	}
+	r, id := pausingAtShutdown(t, e)
 	r.cancel()
 	time.Sleep(200 * time.Millisecond)
 	// A new member joins; it never commits anything.
@@ -234,12 +229,5 @@ func TestHandlerBackoff_ShutdownDuringARebalanceWaitsPauseOut(t *testing.T) {
 	if err := r.wait(t, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	assertEffectAndDedupRow(t, e, []uuid.UUID{id}, []bool{true})
-	co, err := e.committed(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if co[0] != 1 {
-		t.Errorf("committed offset %d, want 1 (the shutdown's commit was refused; see the log)", co[0])
-	}
+	assertCommittedPast(t, e, id)
 }
