@@ -420,17 +420,16 @@ func TestPlatformsOutboxKafkaWaitKeepsTheDatabase(t *testing.T) {
 	if err := te.c.Update(ctx, o); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the emitter role granted while the KafkaUser is not Ready", func() (bool, string) {
+	// The grant, then the status that reports it (written after the grant).
+	eventually(t, 30*time.Second, "the emitter role granted (and in status.emitterRoles) while the KafkaUser is not Ready", func() (bool, string) {
 		var can bool
 		if err := conn.QueryRow(ctx, `SELECT has_any_column_privilege($1, $2, 'INSERT')`, role, o.Status.Table).Scan(&can); err != nil {
 			return false, err.Error()
 		}
 		cur := te.getOutbox(t, ns, "rk")
-		return can, fmt.Sprintf("emitterRoles %v stats %v; %s", cur.Status.EmitterRoles, cur.Status.StatsTime, outboxConditions(cur))
+		return can && reflect.DeepEqual(cur.Status.EmitterRoles, []string{role}),
+			fmt.Sprintf("granted %v; emitterRoles %v; %s", can, cur.Status.EmitterRoles, outboxConditions(cur))
 	})
-	if o := te.getOutbox(t, ns, "rk"); !reflect.DeepEqual(o.Status.EmitterRoles, []string{role}) {
-		t.Errorf("status.emitterRoles %v, want [%s]", o.Status.EmitterRoles, role)
-	}
 
 	o = te.getOutbox(t, ns, "rk")
 	o.Spec.Suspend = true
