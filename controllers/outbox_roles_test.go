@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
@@ -40,20 +39,12 @@ func TestOutboxRolesAreTakenBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("envtest and PostgreSQL: skipped with -short")
 	}
-	te := startEnv(t, envOptions{realClock: true})
+	te, ns, dbURL, admin := outboxOwnerEnv(t)
 	ctx := context.Background()
-	ns := te.namespace(t)
-	dbURL := consumertest.DatabaseURL(t)
-	owner := consumertest.NewRole(t, dbURL, "operator")
 	relay1 := consumertest.NewRole(t, dbURL, "relay1")
 	relay2 := consumertest.NewRole(t, dbURL, "relay2")
 	gone := consumertest.NewRole(t, dbURL, "goneemitter")
 	kept := consumertest.NewRole(t, dbURL, "keptemitter")
-	admin := pgConn(t, dbURL)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA shop AUTHORIZATION "+pgx.Identifier{owner.Name}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	te.secret(t, ns, "db", map[string]string{"url": owner.URL})
 	te.secret(t, ns, "db-relay1", map[string]string{"url": relay1.URL})
 	te.secret(t, ns, "db-relay2", map[string]string{"url": relay2.URL})
 	ob := newOutbox(ns, "rot", []string{"kafka-0.kafka:9092"}, "orders")

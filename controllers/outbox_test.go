@@ -554,20 +554,10 @@ func TestOutboxRolesAndDatabaseProblems(t *testing.T) {
 	if testing.Short() {
 		t.Skip("envtest and PostgreSQL: skipped with -short")
 	}
-	te := startEnv(t, envOptions{realClock: true})
+	te, ns, dbURL, admin := outboxOwnerEnv(t)
 	ctx := context.Background()
-	ns := te.namespace(t)
-	dbURL := consumertest.DatabaseURL(t)
-	owner := consumertest.NewRole(t, dbURL, "operator")
 	relay := consumertest.NewRole(t, dbURL, "relay")
 	emitter := consumertest.NewRole(t, dbURL, "emitter")
-	admin := pgConn(t, dbURL)
-	// The schema is made for the operator's role, which has no CREATE on
-	// the database: outbox.Ensure needs none where the schema exists.
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA shop AUTHORIZATION "+pgx.Identifier{owner.Name}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	te.secret(t, ns, "db", map[string]string{"url": owner.URL})
 	te.secret(t, ns, "db-relay", map[string]string{"url": relay.URL})
 	may := func(role, object, priv string) bool {
 		t.Helper()
@@ -646,8 +636,6 @@ func TestOutboxRolesAndDatabaseProblems(t *testing.T) {
 		bad := newOutbox(ns, "norole", []string{"kafka-0.kafka:9092"}, "orders")
 		bad.Spec.Database.Schema = "shop"
 		bad.Spec.Database.EmitterRoles = []string{"no_such_role_" + randSuffix()}
-		te.secret(t, ns, "db-norole", map[string]string{"url": owner.URL})
-		bad.Spec.Database.URLSecretRef.Name = "db-norole"
 		te.create(t, bad)
 		te.waitOutbox(t, ns, "norole", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, kafkav1alpha1.ReasonGrantFailed, bad.Spec.Database.EmitterRoles[0])
 	})
@@ -658,4 +646,23 @@ func TestOutboxRolesAndDatabaseProblems(t *testing.T) {
 		te.create(t, bad)
 		te.waitOutbox(t, ns, "thief", kafkav1alpha1.ConditionDatabaseReady, metav1.ConditionFalse, kafkav1alpha1.ReasonTableClaimed, "shop.roles_outbox", string(o.UID))
 	})
+}
+
+// outboxOwnerEnv starts envtest with a namespace whose Secret "db" holds
+// the URL of a role of its own for the operator, and the schema "shop"
+// made for that role, which has no CREATE on the database (outbox.Ensure
+// needs none where the schema exists). It returns the superuser's URL and
+// connection for the test's own roles and checks.
+func outboxOwnerEnv(t *testing.T) (te *testEnv, ns, dbURL string, admin *pgx.Conn) {
+	t.Helper()
+	te = startEnv(t, envOptions{realClock: true})
+	ns = te.namespace(t)
+	dbURL = consumertest.DatabaseURL(t)
+	owner := consumertest.NewRole(t, dbURL, "operator")
+	admin = pgConn(t, dbURL)
+	if _, err := admin.Exec(context.Background(), "CREATE SCHEMA shop AUTHORIZATION "+pgx.Identifier{owner.Name}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	te.secret(t, ns, "db", map[string]string{"url": owner.URL})
+	return te, ns, dbURL, admin
 }

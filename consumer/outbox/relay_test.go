@@ -385,18 +385,7 @@ func TestRelay_BoundsTheRowsReadAheadOfAPage(t *testing.T) {
 	if err := txX.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu   sync.Mutex
-		maxN int
-	)
-	e.start(t, func(c *outbox.Config) {
-		c.BatchSize = batch
-		c.OnPublish = func(_, _ time.Time, n int) {
-			mu.Lock()
-			maxN = max(maxN, n)
-			mu.Unlock()
-		}
-	})
+	largest := e.startWithBatchSize(t, batch)
 	// First publications of the key in event_id order, the older
 	// transaction's last.
 	_, firsts := e.readDistinct(t, "orders", 2, newer+1)
@@ -406,9 +395,7 @@ func TestRelay_BoundsTheRowsReadAheadOfAPage(t *testing.T) {
 	if !slices.IsSorted(firsts) || firsts[newer] != last.String() {
 		t.Errorf("first publications of key k out of event_id order (last %s, want %s)", firsts[newer], last)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if maxN > 2*batch {
+	if maxN := largest(); maxN > 2*batch {
 		t.Errorf("one publish had %d records; BatchSize %d bounds a page and the rows read ahead of it to %d", maxN, batch, 2*batch)
 	}
 }
@@ -504,6 +491,25 @@ func TestRelay_KeepsKeyOrderWhenRowsAheadFallBetweenPageRows(t *testing.T) {
 	if err := x2.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+	largest := e.startWithBatchSize(t, batch)
+	want := newer + 2
+	_, firsts := e.readDistinct(t, "orders", 2, want)
+	if len(firsts) != want {
+		t.Fatalf("%d distinct events published, want %d", len(firsts), want)
+	}
+	if firsts[0] != p1.String() || firsts[want-1] != p2.String() || !slices.IsSorted(firsts) {
+		t.Errorf("first publications of key k out of commit order: first %s (p1 %s), last %s (p2 %s), sorted %v",
+			firsts[0], p1, firsts[want-1], p2, slices.IsSorted(firsts))
+	}
+	if maxN := largest(); maxN > batch {
+		t.Errorf("one publish had %d records, more than BatchSize %d", maxN, batch)
+	}
+}
+
+// startWithBatchSize starts a relay with BatchSize batch; the function it
+// returns gives the most records one publish has had so far.
+func (e *relayEnv) startWithBatchSize(t *testing.T, batch int) func() int {
+	t.Helper()
 	var (
 		mu   sync.Mutex
 		maxN int
@@ -516,18 +522,9 @@ func TestRelay_KeepsKeyOrderWhenRowsAheadFallBetweenPageRows(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	want := newer + 2
-	_, firsts := e.readDistinct(t, "orders", 2, want)
-	if len(firsts) != want {
-		t.Fatalf("%d distinct events published, want %d", len(firsts), want)
-	}
-	if firsts[0] != p1.String() || firsts[want-1] != p2.String() || !slices.IsSorted(firsts) {
-		t.Errorf("first publications of key k out of commit order: first %s (p1 %s), last %s (p2 %s), sorted %v",
-			firsts[0], p1, firsts[want-1], p2, slices.IsSorted(firsts))
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if maxN > batch {
-		t.Errorf("one publish had %d records, more than BatchSize %d", maxN, batch)
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maxN
 	}
 }
