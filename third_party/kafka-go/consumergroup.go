@@ -130,8 +130,10 @@ type ConsumerGroupConfig struct {
 	// change) while the functions launched by Generation.Start finish, for
 	// at most this long. Their last offset commits then reach the
 	// coordinator while the member is still in the generation, however long
-	// they take compared to SessionTimeout. A heartbeat error (a rebalance,
-	// an unknown member) ends it early.
+	// they take compared to SessionTimeout. A heartbeat error (an unknown
+	// member, an illegal generation, a broken connection) ends it early;
+	// RebalanceInProgress does not: the coordinator renews the session on it
+	// and takes the generation's commits until the member rejoins.
 	//
 	// Default: 0, heartbeats stop when the generation ends (upstream
 	// behaviour).
