@@ -70,3 +70,44 @@ func TestReplay_CancelledResumes(t *testing.T) {
 		t.Fatalf("effects: %d rows, %d ids; want %d", rows, distinct, n)
 	}
 }
+
+// TestReplay_RateHoldsUpToADeadline: a replay whose context has a deadline
+// keeps its rate up to that deadline. golang.org/x/time/rate's Wait refuses
+// at once when the next token comes after the deadline; taken as "go on",
+// that let every remaining record through unthrottled in the last moments
+// (CI: TestReplay_CancelledResumes finished all 60 records at 40/s within
+// 700 ms). At 1 record/s with a 1.5 s deadline, two records are taken in
+// time and at most one batch more as the replay stops.
+func TestReplay_RateHoldsUpToADeadline(t *testing.T) {
+	e := newEnv(t)
+	e.dumpLogsOnFailure(t)
+	const n, batch = 60, 5
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = newID(t)
+		e.failIDs.Store(ids[i], consumer.Permanent(errors.New("bug")))
+		e.kafka.Produce(t, e.topic, event(ids[i], 0, ""))
+	}
+	r := e.start(e.config(), nil)
+	e.waitCaughtUp(t, 30*time.Second)
+	readAll(t, e.kafka.Brokers(), e.dlq, 0, n, 20*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		e.failIDs.Delete(id)
+	}
+	c, err := consumer.New(e.config(func(c *consumer.Config) { c.BatchSize = batch }), e.handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	res, err := c.Replay(ctx, replay.Spec{ID: "deadline", Mode: replay.ModeApply, RatePerSecond: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Complete || res.Applied > 2+batch {
+		t.Fatalf("result %+v; want incomplete with at most %d applied (1/s for 1.5 s, and the batch in hand as it stops)", res, 2+batch)
+	}
+}

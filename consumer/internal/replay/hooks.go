@@ -31,10 +31,21 @@ func (e *engine) Decode(w *partition.Worker, it *record.Item, m kafka.Message) {
 		return
 	}
 	if e.limiter != nil {
-		_ = e.limiter.Wait(w.GenCtx) // ends early when the replay stops: the batch is taken as it is
+		e.wait(w.GenCtx)
 	}
 	record.Decode(it, original(m, &l), w.Span, w.D.Envelope, w.D.Policies)
 	it.Msg = m
+}
+
+// wait takes a token of the rate limit. It ends early when the replay
+// stops: the batch in hand is then taken as it is. rate.Limiter.Wait
+// refuses at once when the token would come after ctx's deadline; that
+// refusal is not a licence to go on (every remaining record would pass
+// unthrottled just before the deadline): the replay waits for its end.
+func (e *engine) wait(ctx context.Context) {
+	if err := e.limiter.Wait(ctx); err != nil && ctx.Err() == nil {
+		<-ctx.Done()
+	}
 }
 
 // take counts a selected record against Selection.MaxCount; false when the
