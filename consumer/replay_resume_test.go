@@ -2,11 +2,11 @@ package consumer_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/idempotency-dev/operator/consumer"
 	"github.com/idempotency-dev/operator/consumer/replay"
@@ -19,21 +19,7 @@ func TestReplay_CancelledResumes(t *testing.T) {
 	e := newEnv(t)
 	e.dumpLogsOnFailure(t)
 	const n = 60
-	ids := make([]uuid.UUID, n)
-	for i := range ids {
-		ids[i] = newID(t)
-		e.failIDs.Store(ids[i], consumer.Permanent(errors.New("bug")))
-		e.kafka.Produce(t, e.topic, event(ids[i], 0, ""))
-	}
-	r := e.start(e.config(), nil)
-	e.waitCaughtUp(t, 30*time.Second)
-	readAll(t, e.kafka.Brokers(), e.dlq, 0, n, 20*time.Second)
-	if err := r.stop(t); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range ids {
-		e.failIDs.Delete(id)
-	}
+	deadLetterN(t, e, n)
 	// At 20/s for 1.5 s: about 30 applied, with time to spare for the
 	// replay's set-up on a loaded machine, and far from all 60.
 	spec := replay.Spec{ID: "slow", Mode: replay.ModeApply, RatePerSecond: 20}
@@ -84,21 +70,7 @@ func TestReplay_RateHoldsUpToADeadline(t *testing.T) {
 	e := newEnv(t)
 	e.dumpLogsOnFailure(t)
 	const n, batch = 60, 5
-	ids := make([]uuid.UUID, n)
-	for i := range ids {
-		ids[i] = newID(t)
-		e.failIDs.Store(ids[i], consumer.Permanent(errors.New("bug")))
-		e.kafka.Produce(t, e.topic, event(ids[i], 0, ""))
-	}
-	r := e.start(e.config(), nil)
-	e.waitCaughtUp(t, 30*time.Second)
-	readAll(t, e.kafka.Brokers(), e.dlq, 0, n, 20*time.Second)
-	if err := r.stop(t); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range ids {
-		e.failIDs.Delete(id)
-	}
+	deadLetterN(t, e, n)
 	c, err := consumer.New(e.config(func(c *consumer.Config) { c.BatchSize = batch }), e.handler)
 	if err != nil {
 		t.Fatal(err)
@@ -112,4 +84,16 @@ func TestReplay_RateHoldsUpToADeadline(t *testing.T) {
 	if res.Complete || res.Applied > 2+batch {
 		t.Fatalf("result %+v; want incomplete with at most %d applied (1/s for 1.5 s, and the batch in hand as it stops)", res, 2+batch)
 	}
+}
+
+// deadLetterN dead-letters n new events (deadLetterAll).
+func deadLetterN(t *testing.T, e *env, n int) {
+	t.Helper()
+	ids := make([]uuid.UUID, n)
+	msgs := make([]kafka.Message, n)
+	for i := range ids {
+		ids[i] = newID(t)
+		msgs[i] = event(ids[i], 0, "")
+	}
+	e.deadLetterAll(t, ids, n, msgs...)
 }
