@@ -165,11 +165,7 @@ func TestAdmissionRefusesHostileShapes(t *testing.T) {
 	change := func(mutate func(u *unstructured.Unstructured)) error {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(consumerGVK)
-		if err := te.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stored"}, u); err != nil {
-			t.Fatal(err)
-		}
-		mutate(u)
-		return te.c.Update(ctx, u)
+		return updateObject(te, u, ns, "stored", mutate)
 	}
 	if err := change(func(u *unstructured.Unstructured) {
 		_ = unstructured.SetNestedField(u.Object, int64(3), "spec", "consumer", "replicas")

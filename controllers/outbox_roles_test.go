@@ -74,15 +74,12 @@ func TestOutboxRolesAreTakenBack(t *testing.T) {
 		t.Fatal("the first roles were not granted")
 	}
 
-	eventually(t, 30*time.Second, "the Outbox updated", func() (bool, string) {
-		o := te.getOutbox(t, ns, "rot")
+	if err := te.updateOutbox(t, ns, "rot", func(o *kafkav1alpha1.Outbox) {
 		o.Spec.Database.RelayURLSecretRef = &kafkav1alpha1.SecretKeyRef{Name: "db-relay2", Key: "url"}
 		o.Spec.Database.EmitterRoles = []string{kept.Name}
-		if err := te.c.Update(ctx, o); err != nil {
-			return false, err.Error()
-		}
-		return true, ""
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 30*time.Second, "the former roles' privileges taken back", func() (bool, string) {
 		o := te.getOutbox(t, ns, "rot")
 		st := fmt.Sprintf("relayRole %q emitterRoles %v; %s", o.Status.RelayRole, o.Status.EmitterRoles, outboxConditions(o))

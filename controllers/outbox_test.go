@@ -67,6 +67,12 @@ func (te *testEnv) getOutbox(t testing.TB, ns, name string) *kafkav1alpha1.Outbo
 	return o
 }
 
+// updateOutbox: update for an Outbox.
+func (te *testEnv) updateOutbox(t testing.TB, ns, name string, mutate func(*kafkav1alpha1.Outbox)) error {
+	t.Helper()
+	return updateObject(te, &kafkav1alpha1.Outbox{}, ns, name, mutate)
+}
+
 func outboxConditions(o *kafkav1alpha1.Outbox) string {
 	var parts []string
 	for _, c := range o.Status.Conditions {
@@ -386,14 +392,11 @@ func TestOutboxKafkaConditions(t *testing.T) {
 		evs := te.eventsOf(t, ns, "Outbox", "tight")
 		return hasEvent(evs, ReasonTopicLimitBelowRelay), fmt.Sprintf("%d events", len(evs))
 	})
-	eventually(t, 30*time.Second, "the Outbox updated", func() (bool, string) {
-		o := te.getOutbox(t, ns, "tight")
+	if err := te.updateOutbox(t, ns, "tight", func(o *kafkav1alpha1.Outbox) {
 		o.Spec.Relay.MaxMessageBytes = ptr.To[int32](2000)
-		if err := te.c.Update(context.Background(), o); err != nil {
-			return false, err.Error()
-		}
-		return true, ""
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 30*time.Second, "KafkaReady without the warning", func() (bool, string) {
 		o := te.getOutbox(t, ns, "tight")
 		c := o.GetCondition(kafkav1alpha1.ConditionKafkaReady)
@@ -513,17 +516,14 @@ func TestOutboxValidation(t *testing.T) {
 	}
 	t.Run("CloudNativePGNotAddedLater", func(t *testing.T) {
 		te.create(t, newOutbox(ns, "later", []string{"kafka-0.kafka:9092"}, "orders"))
-		o := te.getOutbox(t, ns, "later")
-		outboxCNPG("pg")(o)
-		if err := te.c.Update(context.Background(), o); err == nil || !strings.Contains(err.Error(), "cannot be added or removed") {
+		if err := te.updateOutbox(t, ns, "later", outboxCNPG("pg")); err == nil || !strings.Contains(err.Error(), "cannot be added or removed") {
 			t.Errorf("got %v, want database.cloudNativePG cannot be added or removed", err)
 		}
 	})
 	t.Run("ImmutableTable", func(t *testing.T) {
 		te.create(t, newOutbox(ns, "imm", []string{"kafka-0.kafka:9092"}, "orders"))
-		o := te.getOutbox(t, ns, "imm")
-		o.Spec.Database.Table = "elsewhere"
-		if err := te.c.Update(context.Background(), o); err == nil || !strings.Contains(err.Error(), "table is immutable") {
+		err := te.updateOutbox(t, ns, "imm", func(o *kafkav1alpha1.Outbox) { o.Spec.Database.Table = "elsewhere" })
+		if err == nil || !strings.Contains(err.Error(), "table is immutable") {
 			t.Errorf("got %v, want table is immutable", err)
 		}
 	})

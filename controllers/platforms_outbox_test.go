@@ -415,11 +415,10 @@ func TestPlatformsOutboxKafkaWaitKeepsTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), `DROP OWNED BY `+role+`; DROP ROLE `+role) })
-	o := te.getOutbox(t, ns, "rk")
-	o.Spec.Database.EmitterRoles = []string{role}
-	if err := te.c.Update(ctx, o); err != nil {
+	if err := te.updateOutbox(t, ns, "rk", func(o *kafkav1alpha1.Outbox) { o.Spec.Database.EmitterRoles = []string{role} }); err != nil {
 		t.Fatal(err)
 	}
+	o := te.getOutbox(t, ns, "rk")
 	// The grant, then the status that reports it (written after the grant).
 	eventually(t, 30*time.Second, "the emitter role granted (and in status.emitterRoles) while the KafkaUser is not Ready", func() (bool, string) {
 		var can bool
@@ -431,9 +430,7 @@ func TestPlatformsOutboxKafkaWaitKeepsTheDatabase(t *testing.T) {
 			fmt.Sprintf("granted %v; emitterRoles %v; %s", can, cur.Status.EmitterRoles, outboxConditions(cur))
 	})
 
-	o = te.getOutbox(t, ns, "rk")
-	o.Spec.Suspend = true
-	if err := te.c.Update(ctx, o); err != nil {
+	if err := te.updateOutbox(t, ns, "rk", func(o *kafkav1alpha1.Outbox) { o.Spec.Suspend = true }); err != nil {
 		t.Fatal(err)
 	}
 	te.waitOutbox(t, ns, "rk", kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonSuspended)

@@ -205,14 +205,11 @@ func TestPodSecurityOutboxRelay(t *testing.T) {
 		// Fixed: the Deployment is made.
 		setTemplate := func(pt *kafkav1alpha1.PodTemplateOverrides) {
 			t.Helper()
-			eventually(t, 30*time.Second, "the Outbox updated", func() (bool, string) {
-				o := te.getOutbox(t, ns, "unconfined")
+			if err := te.updateOutbox(t, ns, "unconfined", func(o *kafkav1alpha1.Outbox) {
 				o.Spec.Relay.PodTemplate = pt
-				if err := te.c.Update(ctx, o); err != nil {
-					return false, err.Error()
-				}
-				return true, ""
-			})
+			}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		setTemplate(nil)
 		dep := &appsv1.Deployment{}

@@ -209,15 +209,7 @@ func (te *testEnv) serviceAccount(t testing.TB, ns, name string) {
 
 func (te *testEnv) updateReplay(t testing.TB, ns, name string, mutate func(*kafkav1alpha1.DeadLetterReplay)) error {
 	t.Helper()
-	for range 10 {
-		d := te.getReplay(t, ns, name)
-		mutate(d)
-		err := te.c.Update(context.Background(), d)
-		if !apierrors.IsConflict(err) {
-			return err
-		}
-	}
-	return fmt.Errorf("update of %s/%s kept conflicting", ns, name)
+	return updateObject(te, &kafkav1alpha1.DeadLetterReplay{}, ns, name, mutate)
 }
 
 // checkReplayVerdict: kstatus (Flux, kubectl wait) and the Argo CD health

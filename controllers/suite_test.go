@@ -495,8 +495,18 @@ func (te *testEnv) get(t testing.TB, ns, name string) *kafkav1alpha1.IdempotentC
 // conflicts with the operator's own writes.
 func (te *testEnv) update(t testing.TB, ns, name string, mutate func(*kafkav1alpha1.IdempotentConsumer)) error {
 	t.Helper()
+	return updateObject(te, &kafkav1alpha1.IdempotentConsumer{}, ns, name, mutate)
+}
+
+// updateObject reads the object ns/name into obj, applies mutate and writes
+// it, retrying on conflicts with the operator's own writes (a finalizer, a
+// status); any other answer, a refusal by validation included, is returned.
+func updateObject[T client.Object](te *testEnv, obj T, ns, name string, mutate func(T)) error {
+	key := types.NamespacedName{Namespace: ns, Name: name}
 	for range 10 {
-		obj := te.get(t, ns, name)
+		if err := te.c.Get(context.Background(), key, obj); err != nil {
+			return err
+		}
 		mutate(obj)
 		err := te.c.Update(context.Background(), obj)
 		if !apierrors.IsConflict(err) {
