@@ -87,7 +87,7 @@ func (r *IdempotentConsumerReconciler) reconcileDelete(ctx context.Context, obj 
 		return ctrl.Result{}, fmt.Errorf("reading Deployment %s: %w", dep.Name, err)
 	}
 
-	if _, err := r.resolvePlatforms(ctx, obj, false); err != nil { // platforms.go
+	if _, _, err := r.resolvePlatforms(ctx, obj, false); err != nil { // platforms.go
 		return ctrl.Result{}, err
 	}
 	orig := obj.DeepCopy()

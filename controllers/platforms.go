@@ -191,13 +191,16 @@ func (pc platformClient) resolve(ctx context.Context, p platformSpec, write bool
 			return res, err
 		}
 	}
+	var kafkaProb *problem
 	if p.strimzi != nil {
 		prob, err := pc.resolveStrimzi(ctx, p, &res, st, derived, write)
-		if err != nil || prob != nil {
-			res.prob, res.kafkaProblem = prob, true
+		if err != nil {
 			return res, err
 		}
+		kafkaProb = prob
 	}
+	// Kept during a Strimzi wait too: the database phases go on then, and
+	// the pod role's URL is read from it.
 	if write && len(derived) > 0 {
 		prob, err := pc.applyPlatformSecret(ctx, p.owner, p.derivedSecret, derived)
 		if err != nil || prob != nil {
@@ -205,17 +208,22 @@ func (pc platformClient) resolve(ctx context.Context, p platformSpec, write bool
 			return res, err
 		}
 	}
+	if kafkaProb != nil {
+		res.prob, res.kafkaProblem = kafkaProb, true
+		return res, nil
+	}
 	res.status = st
 	return res, nil
 }
 
 // resolvePlatforms fills obj's spec in memory from the platform objects and
-// sets status.platform. A problem says why it could not (yet).
-func (r *IdempotentConsumerReconciler) resolvePlatforms(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, write bool) (*problem, error) {
+// sets status.platform. A problem says why it could not (yet); kafka says it
+// is Strimzi's (the database refs are resolved).
+func (r *IdempotentConsumerReconciler) resolvePlatforms(ctx context.Context, obj *kafkav1alpha1.IdempotentConsumer, write bool) (prob *problem, kafka bool, err error) {
 	p := consumerPlatform(obj)
 	if !p.used() {
 		obj.Status.Platform = nil
-		return nil, nil
+		return nil, false, nil
 	}
 	res, err := platformClient{r.Client, r.APIReader}.resolve(ctx, p, write)
 	d, k := &obj.Spec.Database, &obj.Spec.Kafka
@@ -235,10 +243,10 @@ func (r *IdempotentConsumerReconciler) resolvePlatforms(ctx context.Context, obj
 		k.BootstrapServers, k.TLS, k.SASL = res.brokers, res.tls, res.sasl
 	}
 	if err != nil || res.prob != nil {
-		return res.prob, err
+		return res.prob, res.kafkaProblem, err
 	}
 	obj.Status.Platform = res.status
-	return nil, nil
+	return nil, false, nil
 }
 
 // getPlatformObject reads another operator's object; a kind that is not
@@ -425,6 +433,16 @@ func deadLetterKafkaTopic(obj *kafkav1alpha1.IdempotentConsumer) *strimziTopic {
 
 func (pc platformClient) resolveStrimzi(ctx context.Context, p platformSpec, res *platformResult, st *kafkav1alpha1.PlatformStatus, derived map[string][]byte, write bool) (*problem, error) {
 	sz, ns := p.strimzi, p.owner.GetNamespace()
+	auth := sz.Authentication
+	if auth == "" {
+		auth = kafkav1alpha1.StrimziSCRAMSHA512
+	}
+	userName := p.kafkaUser
+	if auth != kafkav1alpha1.StrimziTLS {
+		// Known before any wait: the derived Secret is complete even
+		// while the Kafka or the KafkaUser is not ready.
+		derived["username"] = []byte(userName)
+	}
 	kafka, prob, err := pc.getPlatformObject(ctx, strimziKafkaGVK, ns, sz.Cluster, kafkav1alpha1.ReasonKafkaClusterNotFound)
 	if err != nil || prob != nil {
 		return prob, err
@@ -445,11 +463,6 @@ func (pc platformClient) resolveStrimzi(ctx context.Context, p platformSpec, res
 		return &problem{kafkav1alpha1.ReasonKafkaClusterNotFound, fmt.Sprintf(
 			"Kafka %q has no listener %q with bootstrapServers in its status (yet)", sz.Cluster, listener)}, nil
 	}
-	auth := sz.Authentication
-	if auth == "" {
-		auth = kafkav1alpha1.StrimziSCRAMSHA512
-	}
-	userName := p.kafkaUser
 	caName := sz.Cluster + "-cluster-ca-cert"
 	ks := &kafkav1alpha1.PlatformKafkaStatus{KafkaUser: userName, CASecret: caName, BootstrapServers: bootstrap}
 	st.Kafka = ks
@@ -487,7 +500,6 @@ func (pc platformClient) resolveStrimzi(ctx context.Context, p platformSpec, res
 		res.tls.ClientCertSecretRef = &kafkav1alpha1.SecretKeyRef{Name: userName, Key: "user.crt"}
 		res.tls.ClientKeySecretRef = &kafkav1alpha1.SecretKeyRef{Name: userName, Key: "user.key"}
 	} else {
-		derived["username"] = []byte(userName)
 		res.sasl = &kafkav1alpha1.KafkaSASL{Mechanism: kafkav1alpha1.SASLScramSHA512,
 			UsernameSecretRef: kafkav1alpha1.SecretKeyRef{Name: p.derivedSecret, Key: "username"},
 			PasswordSecretRef: kafkav1alpha1.SecretKeyRef{Name: userName, Key: "password"}}

@@ -223,19 +223,17 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 	// platforms.go: CloudNativePG and Strimzi references become the
 	// ordinary refs, in memory, before anything reads them.
 	platformStatus := obj.Status.Platform.DeepCopy()
-	platformProb, err := r.resolvePlatforms(ctx, obj, !obj.Spec.Suspend)
+	platformProb, kafkaWait, err := r.resolvePlatforms(ctx, obj, !obj.Spec.Suspend)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	orig := obj.DeepCopy()
 	orig.Status.Platform = platformStatus
 	s := &reconcileState{obj: obj, now: r.Clock.Now()}
-	if platformProb != nil {
-		s.retry(platformProb.reason, platformProb.message)
-		s.requeue(platformPollInterval)
-		return r.finish(ctx, orig, s)
-	}
 	if obj.Spec.Suspend {
+		// Before any platform wait: a suspended object writes nothing, so
+		// an object it would wait for (a KafkaUser it does not write while
+		// suspended) is not its state.
 		r.markSuspended(s)
 		if r.rollout != nil {
 			// No Deployment changes while suspended: not a waiter to wake
@@ -244,18 +242,35 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 		}
 		return r.finish(ctx, orig, s)
 	}
-	for _, phase := range []func(context.Context, *reconcileState) error{
+	databasePhases := []func(context.Context, *reconcileState) error{
 		r.reconcileReplaySummary, // replaysummary.go
 		r.reconcileDatabase,
 		r.reconcileSharing, // sharing.go
 		r.reconcileRoles,
 		r.reconcilePartitions,
 		r.reconcileApplicationSecret, // appsecret.go
+	}
+	kafkaPhases := []func(context.Context, *reconcileState) error{
 		r.decideAutoscaling,
 		r.reconcileTopics,
 		r.reconcileWorkload, // tableonly.go: the Deployment, or none without spec.consumer
 		r.reconcileAutoscaling,
-	} {
+	}
+	if platformProb != nil {
+		s.retry(platformProb.reason, platformProb.message)
+		s.requeue(platformPollInterval)
+		if !kafkaWait {
+			return r.finish(ctx, orig, s)
+		}
+		// A Kafka wait (a KafkaUser not Ready: Strimzi's User Operator
+		// says so while the brokers are down) holds only the Kafka side:
+		// the Deployment keeps its template, and partitions are still
+		// premade and dropped and roles granted, as for a broker that is
+		// down without Strimzi (other writers of a table do not wait for
+		// Kafka).
+		kafkaPhases = nil
+	}
+	for _, phase := range append(databasePhases, kafkaPhases...) {
 		if err := phase(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
