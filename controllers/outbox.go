@@ -106,6 +106,11 @@ type OutboxReconciler struct {
 	// StatsInterval is how often the backlog is read again; default
 	// DefaultOutboxStatsInterval.
 	StatsInterval time.Duration
+	// TopicRetireGrace is how long after a topic is removed (with
+	// Strimzi) the operator waits before it reads the transaction horizon
+	// the relay must pass before the topic's ACL goes (outbox_retire.go);
+	// default DefaultOutboxTopicRetireGrace.
+	TopicRetireGrace time.Duration
 
 	backoff *backoff
 	mu      sync.Mutex
@@ -156,6 +161,9 @@ func (r *OutboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.StatsInterval <= 0 {
 		r.StatsInterval = DefaultOutboxStatsInterval
+	}
+	if r.TopicRetireGrace <= 0 {
+		r.TopicRetireGrace = DefaultOutboxTopicRetireGrace
 	}
 	r.backoff = newBackoff(r.Options.RetryBase, r.Options.RetryMax)
 	r.memory = map[types.NamespacedName]*outboxMemory{}
@@ -277,12 +285,19 @@ func (r *OutboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	// platforms.go: CloudNativePG and Strimzi references become the
 	// ordinary refs, in memory, before anything reads them.
 	platformStatus := obj.Status.Platform.DeepCopy()
+	retiringBefore := slices.Clone(obj.Status.RetiringTopics)
+	if !obj.Spec.Suspend {
+		if err := r.noteRetiringTopics(ctx, obj); err != nil { // outbox_retire.go
+			return ctrl.Result{}, err
+		}
+	}
 	platformCond, platformProb, err := r.resolvePlatforms(ctx, obj, !obj.Spec.Suspend)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	orig := obj.DeepCopy()
 	orig.Status.Platform = platformStatus
+	orig.Status.RetiringTopics = retiringBefore
 	s := &outboxState{obj: obj, now: r.Clock.Now(), mem: r.memoryOf(req.NamespacedName), values: map[kafkav1alpha1.SecretKeyRef]secretValue{}}
 	s.tbl = outbox.Table{Schema: obj.SchemaName(), Name: obj.TableName(), Interval: dedup.Interval(obj.Interval())}
 	obj.Status.Table = s.tbl.String()
@@ -728,6 +743,7 @@ func (r *OutboxReconciler) outboxStats(ctx context.Context, s *outboxState) {
 	obj.Status.Cursor = c
 	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 	obj.Status.StatsTime = &now
+	r.retireTopics(ctx, s, st)
 }
 
 // outboxTopics asks the brokers about spec.kafka.topics (again after

@@ -669,7 +669,7 @@ func outboxPlatform(obj *kafkav1alpha1.Outbox) platformSpec {
 	}
 	if sz := obj.Spec.Kafka.Strimzi; sz != nil {
 		p.strimzi = sz
-		p.acls = strimziProducerACLs(obj.Spec.Kafka.Topics)
+		p.acls = strimziProducerACLs(relayedTopics(obj)) // outbox_retire.go: and the retiring ones
 	}
 	return p
 }

@@ -413,6 +413,40 @@ type OutboxStatus struct {
 	// +optional
 	// +listType=set
 	EmitterRoles []string `json:"emitterRoles,omitempty"`
+
+	// retiringTopics are topics removed from spec.kafka.topics (with
+	// spec.kafka.strimzi) whose events may not all be published yet: the
+	// relay's KafkaUser keeps their ACLs until its cursor has passed every
+	// transaction that could have emitted to them. The emit function
+	// refuses new events to them at once.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	RetiringTopics []OutboxRetiringTopic `json:"retiringTopics,omitempty"`
+}
+
+// OutboxRetiringTopic is a topic removed from spec.kafka.topics that the
+// relay may still have events for.
+type OutboxRetiringTopic struct {
+	// name of the topic.
+	Name string `json:"name"`
+
+	// sinceTime is when the operator first saw the topic removed.
+	SinceTime metav1.Time `json:"sinceTime"`
+
+	// until is a transaction id (xid8, in decimal) the operator took a
+	// grace period after sinceTime, when no call of the former emit
+	// function can still be writing: every row for the topic is from a
+	// transaction below it. The topic is published when the relay's cursor
+	// (status.cursor.lo) reaches it, or when every transaction below it has
+	// ended and none of its rows is unpublished. Empty until then.
+	// +optional
+	Until string `json:"until,omitempty"`
+
+	// published: every event emitted to the topic is published; its ACL
+	// is being removed from the KafkaUser, and the entry goes once it is.
+	// +optional
+	Published bool `json:"published,omitempty"`
 }
 
 // +kubebuilder:object:root=true

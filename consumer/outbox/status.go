@@ -72,3 +72,42 @@ SELECT count(*), min(b.created_at)
 	})
 	return st, err
 }
+
+// Horizon takes a transaction id of its own and returns it: every
+// transaction id assigned before it is smaller, so every row already
+// written, committed or not, has a smaller tx. (A snapshot's xmax is not
+// that bound: it is one past the latest completed transaction, and a
+// transaction still running can have an id at or above it.)
+func Horizon(ctx context.Context, pool *pgxpool.Pool) (uint64, error) {
+	var x string
+	if err := pool.QueryRow(ctx, `SELECT pg_catalog.pg_current_xact_id()::text`).Scan(&x); err != nil {
+		return 0, fmt.Errorf("reading the transaction horizon: %w", err)
+	}
+	return parseXid(x)
+}
+
+// Unpublished reports whether a committed row for topic is not yet
+// published (counted as the backlog is), and the xmin of the snapshot it
+// read in: every transaction with an id below it had ended, so their
+// committed rows were all seen. It needs SELECT on the table and its cursor
+// table.
+func Unpublished(ctx context.Context, pool *pgxpool.Pool, t Table, topic string) (pending bool, xmin uint64, err error) {
+	t = t.WithDefaults()
+	if err := t.Validate(); err != nil {
+		return false, 0, err
+	}
+	var x string
+	err = pool.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1
+                 FROM `+t.ident()+` o, `+t.cursorIdent()+` c
+                WHERE o.tx >= c.lo AND (o.tx >= c.hi OR c.after IS NULL OR o.event_id > c.after)
+                  AND o.topic = $1),
+       pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())::text`, topic).Scan(&pending, &x)
+	if err != nil {
+		return false, 0, fmt.Errorf("reading the unpublished rows for topic %q of outbox %s: %w", topic, t, err)
+	}
+	if xmin, err = parseXid(x); err != nil {
+		return false, 0, fmt.Errorf("reading the snapshot of outbox %s: xmin %q: %w", t, x, err)
+	}
+	return pending, xmin, nil
+}
