@@ -378,8 +378,12 @@ func TestPlatformsEnvtest(t *testing.T) {
 
 	t.Run("UserOwnedKafkaUserIsNotOverwritten", func(t *testing.T) {
 		te.platformObject(t, strimziUserGVK, ns, "mine", map[string]any{"authentication": map[string]any{"type": "tls"}}, nil)
-		te.create(t, newConsumer(ns, "mine", withStrimzi("kc")))
+		// A table of its own: k's would be TableClaimedByAnotherObject,
+		// which takes Ready (the database phases go on during a Strimzi
+		// wait); KafkaReady says PlatformObjectNotOwned all the same.
+		te.create(t, newConsumer(ns, "mine", withStrimzi("kc"), withTable("mine_event")))
 		te.waitCondition(t, ns, "mine", kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonPlatformObjectNotOwned)
+		te.waitCondition(t, ns, "mine", kafkav1alpha1.ConditionKafkaReady, metav1.ConditionFalse, kafkav1alpha1.ReasonPlatformObjectNotOwned)
 		u, err := te.getPlatform(t, strimziUserGVK, ns, "mine")
 		if err != nil || u.GetGeneration() != 1 || len(u.GetOwnerReferences()) != 0 {
 			t.Errorf("user's KafkaUser changed: generation %d owners %v err %v", u.GetGeneration(), u.GetOwnerReferences(), err)

@@ -83,6 +83,7 @@ func TestPlatformsKafkaWaitKeepsTheDatabase(t *testing.T) {
 			Name: "waiting_consumer", SecretRef: kafkav1alpha1.LocalObjectName{Name: "waiting-role"}}
 	}))
 	te.waitCondition(t, ns, "w", kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonKafkaUserNotReady)
+	te.waitCondition(t, ns, "w", kafkav1alpha1.ConditionKafkaReady, metav1.ConditionFalse, kafkav1alpha1.ReasonKafkaUserNotReady)
 
 	eventually(t, 30*time.Second, "the table made and the consumer role granted while the KafkaUser is not Ready", func() (bool, string) {
 		var made, granted bool

@@ -23,6 +23,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -267,7 +268,9 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 		// the Deployment keeps its template, and partitions are still
 		// premade and dropped and roles granted, as for a broker that is
 		// down without Strimzi (other writers of a table do not wait for
-		// Kafka).
+		// Kafka). KafkaReady says why too: a database problem found
+		// meanwhile may take Ready.
+		obj.SetCondition(kafkav1alpha1.ConditionKafkaReady, metav1.ConditionFalse, platformProb.reason, platformProb.message)
 		kafkaPhases = nil
 	}
 	for _, phase := range append(databasePhases, kafkaPhases...) {
