@@ -125,8 +125,8 @@ func (e *env) dedupRows(t testing.TB) (rows, distinct int) {
 
 // TestExternalKeyOrderAndConcurrency: 640 records over 4 partitions and 40
 // keys, 20 ms per call, 64 in flight: every key is handled in offset order
-// and never twice at once, every id once, and the whole takes a fraction of
-// the serial time.
+// and never twice at once, every id once, at least 8 calls at once, and
+// the whole no slower than the serial time.
 func TestExternalKeyOrderAndConcurrency(t *testing.T) {
 	e := newEnv(t, withPartitions(4))
 	e.dumpLogsOnFailure(t)
@@ -168,8 +168,11 @@ func TestExternalKeyOrderAndConcurrency(t *testing.T) {
 	if x.peak.Load() < 8 {
 		t.Errorf("peak calls in flight %d: no real concurrency", x.peak.Load())
 	}
-	if !testing.Short() && elapsed > serial/3 {
-		t.Errorf("took %v, more than a third of the serial %v", elapsed, serial)
+	// The peak proves the concurrency; the time is only a sanity bound
+	// (it includes the group join and 640 fsynced records, under -race on
+	// a shared machine): never slower than handling one call at a time.
+	if !testing.Short() && elapsed > serial {
+		t.Errorf("took %v, more than the serial %v", elapsed, serial)
 	}
 }
 
@@ -273,9 +276,11 @@ func TestExternalCommitHeldByUnfinished(t *testing.T) {
 	}
 }
 
-// TestExternalNoTransactionDuringCall: while handlers run (600 ms each), no
-// session of the runtime has a transaction open for longer than the short
-// recording transaction takes.
+// TestExternalNoTransactionDuringCall: while handlers run (1.5 s each), no
+// session of the runtime has a transaction open for over a second (a
+// transaction held across the call would be 1.3 s old at the check; the
+// short recording transaction is far below a second even on a loaded
+// machine).
 func TestExternalNoTransactionDuringCall(t *testing.T) {
 	e := newEnv(t, withPartitions(2))
 	e.dumpLogsOnFailure(t)
@@ -287,13 +292,13 @@ func TestExternalNoTransactionDuringCall(t *testing.T) {
 	e.kafka.Produce(t, e.topic, msgs...)
 	var open atomic.Int64
 	var checks atomic.Int64
-	x := newXRecorder(t, 600*time.Millisecond)
+	x := newXRecorder(t, 1500*time.Millisecond)
 	x.before = func(ctx context.Context, ev *consumer.Event) error {
 		go func() {
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(1300 * time.Millisecond)
 			var n int64
 			err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-				WHERE application_name = $1 AND xact_start < now() - interval '300 milliseconds'`, app).Scan(&n)
+				WHERE application_name = $1 AND xact_start < now() - interval '1 second'`, app).Scan(&n)
 			if err != nil {
 				t.Errorf("reading pg_stat_activity: %v", err)
 				return
@@ -310,7 +315,7 @@ func TestExternalNoTransactionDuringCall(t *testing.T) {
 		t.Fatalf("%d checks ran, want 12", checks.Load())
 	}
 	if n := open.Load(); n != 0 {
-		t.Fatalf("%d runtime sessions seen with a transaction open for over 300ms while handlers ran", n)
+		t.Fatalf("%d runtime sessions seen with a transaction open for over a second while handlers ran", n)
 	}
 }
 

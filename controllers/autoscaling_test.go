@@ -91,7 +91,7 @@ func testAutoscaling(t *testing.T, te *testEnv) {
 	if msg := obj.GetCondition(kafkav1alpha1.ConditionAutoscalingReady).Message; !strings.Contains(msg, "install KEDA") {
 		t.Errorf("AutoscalingReady message %q does not say what to do", msg)
 	}
-	if !hasEvent(te.events(t, ns, name), kafkav1alpha1.ReasonKEDANotInstalled) {
+	if !te.hasEvents(t, ns, name, kafkav1alpha1.ReasonKEDANotInstalled) {
 		t.Error("no KEDANotInstalled Event")
 	}
 	if got := ptr.Deref(te.deployment(t, ns, depName).Spec.Replicas, -1); got != 2 {

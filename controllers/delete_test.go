@@ -74,6 +74,7 @@ func TestDeleteWithoutSecret(t *testing.T) {
 		deleteSecret(t, ns)
 		deleteAndWaitGone(t, ns, "orphan")
 
+		te.hasEvents(t, ns, "orphan", ReasonTableKept) // written asynchronously
 		var kept bool
 		for _, e := range te.events(t, ns, "orphan") {
 			if e.Reason == ReasonTableKept {
@@ -120,7 +121,7 @@ func TestDeleteWithoutSecret(t *testing.T) {
 			err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "waiting"}, &kafkav1alpha1.IdempotentConsumer{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
-		if !hasEvent(te.events(t, ns, "waiting"), ReasonTableKept) {
+		if !te.hasEvents(t, ns, "waiting", ReasonTableKept) {
 			t.Errorf("no %s Event", ReasonTableKept)
 		}
 	})

@@ -324,7 +324,7 @@ func testDeletion(t *testing.T, te *testEnv) {
 		if !tableExists(t, pgConn(t, dbURL), "public", "processed_event") {
 			t.Error("deleting an object dropped a table it did not own")
 		}
-		if !hasEvent(te.events(t, ns, "intruder"), kafkav1alpha1.ReasonTableNotOwned) {
+		if !te.hasEvents(t, ns, "intruder", kafkav1alpha1.ReasonTableNotOwned) {
 			t.Error("no TableNotOwned Event on deletion")
 		}
 	})

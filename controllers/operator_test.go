@@ -212,7 +212,7 @@ func testSampleBecomesReady(t *testing.T, te *testEnv) {
 	if dep.Spec.Template.Annotations[objects.AnnotationConfigHash] == "" {
 		t.Error("pod template has no config hash annotation")
 	}
-	if !hasEvent(te.events(t, ns, obj.Name), "PartitionsCreated") {
+	if !te.hasEvents(t, ns, obj.Name, "PartitionsCreated") {
 		t.Error("no PartitionsCreated Event")
 	}
 	assertNoSecretLeak(t, te, ns, password)
@@ -355,9 +355,8 @@ func testScheduleMovesPartitions(t *testing.T, te *testEnv) {
 	if got.Status.LastMaintenanceTime == nil || got.Status.LastMaintenanceTime.Time.Before(now.Add(-time.Second)) {
 		t.Errorf("lastMaintenanceTime %v, want about %s", got.Status.LastMaintenanceTime, now)
 	}
-	evs := te.events(t, ns, obj.Name)
-	if !hasEvent(evs, "PartitionsCreated") || !hasEvent(evs, "PartitionsDropped") {
-		t.Errorf("want PartitionsCreated and PartitionsDropped Events, got %d events", len(evs))
+	if !te.hasEvents(t, ns, obj.Name, "PartitionsCreated", "PartitionsDropped") {
+		t.Errorf("want PartitionsCreated and PartitionsDropped Events, got %d events", len(te.events(t, ns, obj.Name)))
 	}
 	checkRequeue()
 

@@ -124,7 +124,7 @@ func TestPodSecurity(t *testing.T) {
 		if err := te.c.Get(ctx, depKey, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 			t.Errorf("Deployment of a refused template: err = %v, want NotFound (not created)", err)
 		}
-		if !hasEvent(te.events(t, ns, "unconfined"), ReasonPodSecurityRejected) {
+		if !te.hasEvents(t, ns, "unconfined", ReasonPodSecurityRejected) {
 			t.Errorf("no %s Event", ReasonPodSecurityRejected)
 		}
 

@@ -215,7 +215,7 @@ func testRetentionDecreaseTakenBack(t *testing.T, te *testEnv) {
 		st := te.get(t, ns, "orders").Status.Retention
 		return st != nil && st.PendingDecrease == nil && st.Applied == "240h0m0s", fmt.Sprintf("%+v", st)
 	})
-	if !hasEvent(te.events(t, ns, "orders"), ReasonRetentionDecreaseCancelled) {
+	if !te.hasEvents(t, ns, "orders", ReasonRetentionDecreaseCancelled) {
 		t.Errorf("no %s Event", ReasonRetentionDecreaseCancelled)
 	}
 
@@ -260,8 +260,7 @@ func testRetentionDecreaseDropped(t *testing.T, te *testEnv) {
 		st := te.get(t, ns, "orders").Status.Retention
 		return st != nil && st.PendingDecrease == nil && st.Applied == "24h0m0s", fmt.Sprintf("%+v", st)
 	})
-	evs := te.events(t, ns, "orders")
-	if !hasEvent(evs, ReasonPartitionsDropped) || !hasEvent(evs, ReasonRetentionDecreaseApplied) {
+	if !te.hasEvents(t, ns, "orders", ReasonPartitionsDropped, ReasonRetentionDecreaseApplied) {
 		t.Errorf("want %s and %s Events after the grace", ReasonPartitionsDropped, ReasonRetentionDecreaseApplied)
 	}
 }

@@ -292,7 +292,7 @@ func testConsumerRemoved(t *testing.T, te *testEnv) {
 	if c := got.GetCondition(kafkav1alpha1.ConditionConsumerReady); c != nil || got.Status.DeploymentName != "" {
 		t.Errorf("after removing spec.consumer: ConsumerReady %+v, deploymentName %q", c, got.Status.DeploymentName)
 	}
-	if !hasEvent(te.events(t, ns, "payments"), ReasonDeploymentDeleted) {
+	if !te.hasEvents(t, ns, "payments", ReasonDeploymentDeleted) {
 		t.Errorf("no %s Event", ReasonDeploymentDeleted)
 	}
 }
@@ -446,7 +446,7 @@ func testSharedTable(t *testing.T, te *testEnv) {
 	if !tableExists(t, conn, "public", table) {
 		t.Fatal("the shared table was dropped while ledger still uses it")
 	}
-	if !hasEvent(te.events(t, ns, "billing"), ReasonTableReleased) {
+	if !te.hasEvents(t, ns, "billing", ReasonTableReleased) {
 		t.Errorf("no %s Event on billing", ReasonTableReleased)
 	}
 	te.poke(t, ns, "ledger")
@@ -488,7 +488,7 @@ func testExclusiveBecomesShared(t *testing.T, te *testEnv) {
 	if owner := markerOwnerOf(t, conn, "grown_event"); owner != "shared:public.grown_event" {
 		t.Errorf("marker owner %q after the switch to Shared", owner)
 	}
-	if !hasEvent(te.events(t, ns, "first"), ReasonTableShared) {
+	if !te.hasEvents(t, ns, "first", ReasonTableShared) {
 		t.Errorf("no %s Event", ReasonTableShared)
 	}
 	te.create(t, newConsumer(ns, "second", tableOnly, withTable("grown_event"), shared("second")))

@@ -602,6 +602,29 @@ func (te *testEnv) eventsOf(t testing.TB, ns, kind, name string) []eventsv1.Even
 	return out
 }
 
+// hasEvents waits up to 10 s for Events of each of reasons about the
+// IdempotentConsumer ns/name (the recorder writes them asynchronously, after
+// the status or deletion a test observes) and reports whether all came.
+func (te *testEnv) hasEvents(t testing.TB, ns, name string, reasons ...string) bool {
+	t.Helper()
+	return te.hasEventsOf(t, ns, "IdempotentConsumer", name, reasons...)
+}
+
+// hasEventsOf: hasEvents for an object of a kind.
+func (te *testEnv) hasEventsOf(t testing.TB, ns, kind, name string, reasons ...string) bool {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		evs := te.eventsOf(t, ns, kind, name)
+		all := true
+		for _, r := range reasons {
+			all = all && hasEvent(evs, r)
+		}
+		if all || time.Now().After(deadline) {
+			return all
+		}
+	}
+}
+
 func hasEvent(evs []eventsv1.Event, reason string) bool {
 	for _, e := range evs {
 		if e.Reason == reason {

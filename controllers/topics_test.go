@@ -153,7 +153,7 @@ func testTopicRetention(t *testing.T, te *testEnv) {
 		if !strings.Contains(msg, "168h0m0s") || !strings.Contains(msg, "336h0m0s") {
 			t.Errorf("message %q should name both retentions", msg)
 		}
-		if !hasEvent(te.events(t, ns, "long"), kafkav1alpha1.ReasonRetentionShorterThanTopic) {
+		if !te.hasEvents(t, ns, "long", kafkav1alpha1.ReasonRetentionShorterThanTopic) {
 			t.Error("no Warning Event for the short retention")
 		}
 		// Raising the dedup retention to the topic's clears it at once (the

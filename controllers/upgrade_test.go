@@ -215,7 +215,7 @@ func TestOperatorUpgrade(t *testing.T) {
 			c := meta.FindStatusCondition(te.get(t, ns, name).Status.Conditions, ConditionTemplateUpgradePending)
 			return c == nil, fmt.Sprint(c)
 		})
-		if name != specChange && !hasEvent(te.events(t, ns, name), ReasonTemplateUpgraded) {
+		if name != specChange && !te.hasEvents(t, ns, name, ReasonTemplateUpgraded) {
 			t.Errorf("%s: no %s Event", name, ReasonTemplateUpgraded)
 		}
 	}

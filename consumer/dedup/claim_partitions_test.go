@@ -240,7 +240,9 @@ func TestClaimNotBlockedByLockedPartition(t *testing.T) {
 			t.Fatalf("claim %d: %v", i, got)
 		}
 	}
-	if d := time.Since(start); d > time.Second {
+	// A claim that waited for the lock fails after lock_timeout (2s) above;
+	// this says so for one that waited and then got it.
+	if d := time.Since(start); d > 1900*time.Millisecond {
 		t.Fatalf("claims took %s with an unrelated partition locked", d)
 	}
 }

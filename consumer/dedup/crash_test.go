@@ -136,7 +136,7 @@ func TestPendingDetachIsFinalized(t *testing.T) {
 	if r := insertCommit(t, pool, in, idAt(start.Add(time.Hour))); !r.Fresh[0] {
 		t.Fatalf("insert during the pending detach: %+v", r)
 	}
-	if d := time.Since(t1); d > time.Second {
+	if d := time.Since(t1); d > 5*time.Second { // blocked, it would wait for the detach: for good
 		t.Fatalf("insert during the pending detach took %s", d)
 	}
 

@@ -206,7 +206,10 @@ func TestMaintenanceUnderLoad(t *testing.T) {
 	if rate < 1000 {
 		t.Fatalf("writers managed %.0f rows/s, want thousands", rate)
 	}
-	const slack = 500 * time.Millisecond
+	// Slack for a shared machine under -race, as refresh_test.go has: a
+	// DDL step that waited for its lock without lock_timeout would hold
+	// the writers far longer (the sampler's waits check says so too).
+	const slack = 3 * time.Second
 	if max := pct(lat, 1); max > lockTimeout+slack {
 		t.Fatalf("an insert took %s, more than lock_timeout %s + %s", max, lockTimeout, slack)
 	}
@@ -265,7 +268,7 @@ func TestMaintenanceBacksOffBehindLongTransaction(t *testing.T) {
 		t.Fatalf("%d inserts failed, first: %v", len(errs), errs[0])
 	}
 	t.Logf("writers: %d batches, max insert latency %s", len(lat), pct(lat, 1))
-	if max := pct(lat, 1); max > lockTimeout+500*time.Millisecond && wallClock(t) {
+	if max := pct(lat, 1); max > lockTimeout+3*time.Second && wallClock(t) {
 		t.Fatalf("an insert took %s while maintenance was retrying", max)
 	}
 	res, err = e.Maintain(ctx, base.Add(time.Hour), 2, 6*time.Hour)

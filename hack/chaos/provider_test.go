@@ -60,7 +60,7 @@ func TestProviderDropsAfterApplying(t *testing.T) {
 // slow one is applied once done. Rate-limited requests get 429 with a
 // Retry-After (seconds, then an HTTP date) and are not applied.
 func TestProviderBusyAndRateLimited(t *testing.T) {
-	p, err := startProvider(1, time.Millisecond, 0, providerFaults{SlowShare: 1, SlowDelay: 500 * time.Millisecond})
+	p, err := startProvider(1, time.Millisecond, 0, providerFaults{SlowShare: 1, SlowDelay: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,14 @@ func TestProviderBusyAndRateLimited(t *testing.T) {
 	}
 	first := make(chan int)
 	go func() { first <- post(p).StatusCode }()
-	time.Sleep(200 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if slow, _, _ := p.faultCounts(); slow == 1 {
+			break // the first is in progress (and has 3 s to go)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never arrived")
+		}
+	}
 	if st := post(p).StatusCode; st != http.StatusConflict {
 		t.Errorf("a request while the key is in progress: %d, want 409", st)
 	}

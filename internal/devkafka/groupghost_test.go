@@ -12,19 +12,24 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// ghostSession is the session timeout of the members of
-// TestMemberKilledWhileJoiningExpires.
-const ghostSession = 300
+// ghostSession is the session timeout of the killed member of
+// TestMemberKilledWhileJoiningExpires; livingSession is the living one's,
+// long enough that it survives the other's join (a fresh client, a
+// rebalance) and the pauses between its own requests on a loaded machine.
+const (
+	ghostSession  = 300
+	livingSession = 10_000
+)
 
 // join sends JoinGroup for group g as memberID ("" for a new member,
-// answered MEMBER_ID_REQUIRED with its ID, then joined again) and returns
-// the answer.
+// answered MEMBER_ID_REQUIRED with its ID, then joined again) with the
+// living member's session timeout, and returns the answer.
 func join(ctx context.Context, t *testing.T, cl *kgo.Client, g, memberID string) *kmsg.JoinGroupResponse {
 	t.Helper()
 	for {
 		req := kmsg.NewPtrJoinGroupRequest()
 		req.Group, req.MemberID, req.ProtocolType = g, memberID, "consumer"
-		req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = ghostSession, 60_000
+		req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = livingSession, 60_000
 		proto := kmsg.NewJoinGroupRequestProtocol()
 		proto.Name, proto.Metadata = "range", (&kmsg.ConsumerMemberMetadata{Topics: []string{"t"}}).AppendTo(nil)
 		req.Protocols = append(req.Protocols, proto)
