@@ -365,7 +365,7 @@ func (r *OutboxReconciler) outboxPhases(ctx context.Context, s *outboxState) err
 	if err := r.outboxDatabasePhases(ctx, s); err != nil {
 		return err
 	}
-	for _, phase := range []func(context.Context, *outboxState) error{r.outboxTopics, r.outboxConsumerRetention, r.outboxRelay} {
+	for _, phase := range []func(context.Context, *outboxState) error{r.outboxTopics, r.outboxConsumerRetention, r.outboxRelay, r.releasePlatformObjects} {
 		if err := phase(ctx, s); err != nil {
 			return err
 		}

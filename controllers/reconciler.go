@@ -256,6 +256,7 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 		r.reconcileTopics,
 		r.reconcileWorkload, // tableonly.go: the Deployment, or none without spec.consumer
 		r.reconcileAutoscaling,
+		r.releasePlatformObjects, // platforms_release.go
 	}
 	if platformProb != nil {
 		s.retry(platformProb.reason, platformProb.message)
