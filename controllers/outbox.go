@@ -106,11 +106,6 @@ type OutboxReconciler struct {
 	// StatsInterval is how often the backlog is read again; default
 	// DefaultOutboxStatsInterval.
 	StatsInterval time.Duration
-	// TopicRetireGrace is how long after a topic is removed (with
-	// Strimzi) the operator waits before it reads the transaction horizon
-	// the relay must pass before the topic's ACL goes (outbox_retire.go);
-	// default DefaultOutboxTopicRetireGrace.
-	TopicRetireGrace time.Duration
 
 	backoff *backoff
 	mu      sync.Mutex
@@ -161,9 +156,6 @@ func (r *OutboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.StatsInterval <= 0 {
 		r.StatsInterval = DefaultOutboxStatsInterval
-	}
-	if r.TopicRetireGrace <= 0 {
-		r.TopicRetireGrace = DefaultOutboxTopicRetireGrace
 	}
 	r.backoff = newBackoff(r.Options.RetryBase, r.Options.RetryMax)
 	r.memory = map[types.NamespacedName]*outboxMemory{}

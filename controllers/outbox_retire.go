@@ -37,34 +37,29 @@ import (
 
 // Retiring a topic (spec.kafka.strimzi). A topic removed from
 // spec.kafka.topics may still have events in the table: emitted before the
-// emit function refused it, not yet published. Revoking its ACL at once
-// would hold the relay's stream at the first of them
-// (TopicAuthorizationFailed). So the KafkaUser keeps the ACL while the
-// topic is in status.retiringTopics, and it leaves that list once the
-// relay's cursor has passed every transaction that could have emitted to
-// it:
+// change, not yet published. Revoking its ACL at once would hold the relay's
+// stream at the first of them (TopicAuthorizationFailed). So the KafkaUser
+// keeps the ACL while the topic is in status.retiringTopics, and it leaves
+// that list once the relay has published every row that was written for it:
 //
 //  1. The operator sees a topic the KafkaUser grants that the spec no
-//     longer names (sinceTime). Ensure has replaced the emit function by
-//     then, or does in this reconcile, so any emit call that starts later
-//     refuses the topic.
-//  2. A grace period (OutboxReconciler.TopicRetireGrace) later, when no
-//     call of the former function can still be between its topic check and
-//     its INSERT, a transaction id taken then is until (outbox.Horizon):
-//     every transaction that wrote a row for the topic has an id below it.
+//     longer names (sinceTime).
+//  2. At the first stats read after an Ensure that succeeded in the same
+//     reconcile (so the table's topic check refuses the topic), a
+//     transaction id taken then is until: every row for the topic is from a
+//     transaction below it (consumer/outbox/topics.go says why: the check is
+//     changed under a SHARE lock of the table).
 //  3. Once the cursor's lo reaches until, every committed row below it is
-//     published (window.go), and the ACL goes with the next reconcile. An
-//     idle relay does not move its cursor, so it is also enough that a
-//     snapshot's xmin has reached until (every transaction below it has
-//     ended, and the snapshot sees all their rows) and that snapshot holds
-//     no unpublished row for the topic. The entry is then marked published
-//     and leaves the list once the KafkaUser no longer grants the topic.
+//     published (window.go). An idle relay does not move its cursor, so it
+//     is also enough that a snapshot's xmin has reached until (every
+//     transaction below it has ended, and the snapshot sees their rows) and
+//     that snapshot holds no unpublished row for the topic. The entry is
+//     then marked published, the next reconcile applies the KafkaUser
+//     without the topic, and the entry leaves the list once the KafkaUser no
+//     longer grants it.
 //
 // A topic named again leaves the list at once; while the database cannot be
 // read the list stands (the ACL is kept).
-
-// DefaultOutboxTopicRetireGrace is the grace period of step 2.
-const DefaultOutboxTopicRetireGrace = time.Minute
 
 // Event reasons of a retiring topic (Normal).
 const (
@@ -93,7 +88,10 @@ func (r *OutboxReconciler) noteRetiringTopics(ctx context.Context, obj *kafkav1a
 	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err): // none yet, or Strimzi not installed (resolvePlatforms says so)
 	case err != nil:
 		return fmt.Errorf("reading KafkaUser %s: %w", key.Name, err)
-	case metav1.IsControlledBy(user, obj):
+	case metav1.IsControlledBy(user, obj),
+		metav1.GetControllerOf(user) == nil && user.GetAnnotations()[kafkav1alpha1.AnnotationAdoptPlatformObject] == obj.Name:
+		// Its own, or one it adopts in this reconcile (applyStrimziObject):
+		// what it grants now is what the relay may still need.
 		granted = aclTopics(user)
 	}
 	var keep []kafkav1alpha1.OutboxRetiringTopic
@@ -153,17 +151,16 @@ func (r *OutboxReconciler) retireTopics(ctx context.Context, s *outboxState, st 
 	if len(obj.Status.RetiringTopics) == 0 {
 		return
 	}
-	now := time.Now()
 	var keep []kafkav1alpha1.OutboxRetiringTopic
 	for _, rt := range obj.Status.RetiringTopics {
 		until, err := strconv.ParseUint(rt.Until, 10, 64)
 		switch {
 		case rt.Published:
 		case rt.Until == "" || err != nil:
-			if wait := r.TopicRetireGrace - now.Sub(rt.SinceTime.Time); wait > 0 {
-				s.wake(wait)
-			} else if h, err := r.horizon(ctx, s); err == nil {
+			// Called from outboxStats: this reconcile's Ensure succeeded.
+			if h, err := r.horizon(ctx, s); err == nil {
 				rt.Until = strconv.FormatUint(h, 10)
+				s.wake(time.Second) // the idle relay's case needs no wait for the relay
 			}
 		case st.Lo >= until || r.publishedUpTo(ctx, s, rt.Name, until):
 			msg := fmt.Sprintf("Topic %q is retired: the relay has published every event emitted to it; its ACL leaves KafkaUser %q",

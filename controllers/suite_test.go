@@ -266,13 +266,12 @@ func (te *testEnv) startManager(t *testing.T, restCfg *rest.Config, eo envOption
 	}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err) // as cmd/manager does: every controller in one manager
 	} else if err := (&OutboxReconciler{
-		Pools:            te.stores,
-		Recorder:         mgr.GetEventRecorder("idempotency-operator"),
-		Clock:            te.r.Clock,
-		Topics:           topics,
-		Options:          opts,
-		StatsInterval:    time.Second,
-		TopicRetireGrace: 2 * time.Second,
+		Pools:         te.stores,
+		Recorder:      mgr.GetEventRecorder("idempotency-operator"),
+		Clock:         te.r.Clock,
+		Topics:        topics,
+		Options:       opts,
+		StatsInterval: time.Second,
 	}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -434,12 +434,12 @@ type OutboxRetiringTopic struct {
 	// sinceTime is when the operator first saw the topic removed.
 	SinceTime metav1.Time `json:"sinceTime"`
 
-	// until is a transaction id (xid8, in decimal) the operator took a
-	// grace period after sinceTime, when no call of the former emit
-	// function can still be writing: every row for the topic is from a
-	// transaction below it. The topic is published when the relay's cursor
-	// (status.cursor.lo) reaches it, or when every transaction below it has
-	// ended and none of its rows is unpublished. Empty until then.
+	// until is a transaction id (xid8, in decimal) the operator took after
+	// the table's topic check stopped taking the topic: every row for the
+	// topic is from a transaction below it. The topic is published when the
+	// relay's cursor (status.cursor.lo) reaches it, or when every
+	// transaction below it has ended and none of its rows is unpublished.
+	// Empty until then.
 	// +optional
 	Until string `json:"until,omitempty"`
 

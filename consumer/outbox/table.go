@@ -180,6 +180,9 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string, opts
 		if err := ensureCursor(ctx, conn, t); err != nil {
 			return err
 		}
+		if err := ensureTopicCheck(ctx, conn, t, o.topics); err != nil { // topics.go
+			return err
+		}
 		// EXECUTE is PUBLIC's by default; Grant gives it to emitters.
 		_, err = conn.Exec(ctx, emitFunctionSQL(t, o)+";\nREVOKE ALL ON FUNCTION "+emitIdent(t)+"(text, bytea, bytea, jsonb, text) FROM PUBLIC")
 		if err != nil {

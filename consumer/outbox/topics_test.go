@@ -1,0 +1,167 @@
+package outbox_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idempotency-dev/operator/consumer/outbox"
+)
+
+// topicsOutbox is an outbox publishing to topics, with its partitions.
+func topicsOutbox(t *testing.T, topics ...string) *relayEnv {
+	t.Helper()
+	e := newRelayEnv(t)
+	if err := outbox.Ensure(testCtx(t), e.pool, e.tbl, testOwner, outbox.WithTopics(topics)); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func isTopicRefusal(err error, topic string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "22023" && strings.Contains(pe.Message, topic)
+}
+
+// TestTopicCheck_PlainInsertRefused: a plain INSERT (emitters may insert the
+// event's columns) of a topic the outbox does not publish to is refused
+// like an emit; one it publishes to goes in. (Before, only the emit
+// function checked: a plain insert of any topic went in and held the
+// relay's stream.)
+func TestTopicCheck_PlainInsertRefused(t *testing.T) {
+	e := topicsOutbox(t, "orders")
+	ctx := testCtx(t)
+	insert := func(topic string) error {
+		_, err := e.pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{"public", "outbox"}.Sanitize()+` (event_id, topic, key, payload, headers)
+VALUES ($1, $2, NULL, '\x7b7d', '{}')`, uuid.Must(uuid.NewV7()), topic)
+		return err
+	}
+	if err := insert("ordres"); !isTopicRefusal(err, "ordres") {
+		t.Errorf("a plain insert to another topic: %v, want SQLSTATE 22023 naming it", err)
+	}
+	if err := insert("orders"); err != nil {
+		t.Errorf("a plain insert to the outbox's topic: %v", err)
+	}
+}
+
+// TestTopicCheck_AnOpenTransactionSeesTheChange: a session that ran the
+// emit function before, in a transaction already open (with no id yet)
+// when a topic is removed, is refused that topic at its next emit.
+// (Before, it still ran the former function, which allowed it: its catalog
+// was not read again until it took a new lock.)
+func TestTopicCheck_AnOpenTransactionSeesTheChange(t *testing.T) {
+	e := topicsOutbox(t, "keep", "gone")
+	ctx := testCtx(t)
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	emit := func(tx pgx.Tx, topic string) error {
+		_, err := outbox.Emit(ctx, tx, e.tbl, outbox.Message{Topic: topic, Key: []byte("k"), Payload: []byte(`{}`)})
+		return err
+	}
+	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return emit(tx, "gone") }); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Ensure(ctx, e.pool, e.tbl, testOwner, outbox.WithTopics([]string{"keep"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := emit(tx, "gone"); !isTopicRefusal(err, "gone") {
+		t.Errorf("an emit to the removed topic in a transaction open before the change: %v, want SQLSTATE 22023", err)
+	}
+}
+
+// TestTopicCheck_HorizonCoversEveryRowOfARemovedTopic: what a retired
+// topic relies on. An emit that passed the former function's topic check
+// and waits for its key's lock behind an open transaction, while the topic
+// is removed, either is refused or commits below a transaction id taken
+// after Ensure returned (Horizon). (Before, its row committed above it,
+// and the topic's ACL went while it was unpublished.)
+func TestTopicCheck_HorizonCoversEveryRowOfARemovedTopic(t *testing.T) {
+	e := topicsOutbox(t, "keep", "gone")
+	ctx := testCtx(t)
+	msg := outbox.Message{Topic: "gone", Key: []byte("k"), Payload: []byte(`{}`)}
+	holder, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := outbox.Emit(ctx, holder, e.tbl, msg); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(n int) func() bool {
+		return func() bool {
+			var got int
+			err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got)
+			return err == nil && got >= n
+		}
+	}
+	writer, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Rollback(ctx)
+	written := make(chan error, 1)
+	go func() {
+		_, err := outbox.Emit(ctx, writer, e.tbl, msg) // waits for the key's lock
+		written <- err
+	}()
+	waitFor(t, 10*time.Second, "the writer waiting for the key's lock", waiting(1))
+	// Ensure waits for the holder's table lock up to the engine's
+	// lock_timeout (500 ms) and is tried again, as the operator does.
+	ensured := make(chan error, 1)
+	go func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := outbox.Ensure(ctx, e.pool, e.tbl, testOwner, outbox.WithTopics([]string{"keep"}))
+			if err == nil || time.Now().After(deadline) {
+				ensured <- err
+				return
+			}
+		}
+	}()
+	waitFor(t, 10*time.Second, "Ensure waiting for the holder's table lock", waiting(2))
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The writer gets the key's lock; its insert either went in before
+	// Ensure's lock (then Ensure waits for it to end) or waits for the
+	// change and runs the new check.
+	if err := <-written; err != nil {
+		if !isTopicRefusal(err, "gone") {
+			t.Fatalf("the waiting emit: %v, want success or the topic refusal", err)
+		}
+		t.Log("the waiting emit was refused")
+	} else if err := writer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ensured; err != nil {
+		t.Fatal(err)
+	}
+	until, err := outbox.Horizon(ctx, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var above int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM public.outbox WHERE topic = 'gone' AND tx >= $1::text::xid8`, strconv.FormatUint(until, 10)).Scan(&above); err != nil {
+		t.Fatal(err)
+	}
+	if above != 0 {
+		t.Errorf("%d row(s) for the removed topic from a transaction at or above the horizon %d", above, until)
+	}
+}
