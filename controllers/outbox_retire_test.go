@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
@@ -44,21 +43,10 @@ func TestPlatformsOutboxRetiringTopicKeepsItsACL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("envtest and PostgreSQL: skipped with -short")
 	}
-	ca, err := consumertest.NewTestCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	te := startEnv(t, envOptions{realClock: true, options: Options{KafkaTimeout: time.Second}})
-	ns := te.namespace(t)
+	te, ns, _ := strimziEnv(t, envOptions{realClock: true, options: Options{KafkaTimeout: time.Second}})
 	ctx := context.Background()
 	dbURL := consumertest.DatabaseURL(t)
 	te.secret(t, ns, "db", map[string]string{"url": dbURL})
-	if _, err := envtest.InstallCRDs(te.cfg.Config, platformCRDs); err != nil {
-		t.Fatal(err)
-	}
-	te.platformObject(t, strimziKafkaGVK, ns, "kc", map[string]any{}, map[string]any{"listeners": []any{
-		map[string]any{"name": "tls", "bootstrapServers": "kc-kafka-bootstrap." + ns + ".svc:9093"}}})
-	te.secret(t, ns, "kc-cluster-ca-cert", map[string]string{"ca.crt": ca.PEM})
 	te.create(t, newPlatformOutbox(ns, "rt", outboxStrimzi("kc"), func(o *kafkav1alpha1.Outbox) {
 		o.Spec.Kafka.Topics = []string{"orders", "payments"}
 	}))

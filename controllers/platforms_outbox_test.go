@@ -362,6 +362,32 @@ func TestOutboxPlatformSecrets(t *testing.T) {
 
 // setKafkaUserReady writes a KafkaUser's status as the User Operator would,
 // for its current generation.
+// strimziEnv starts an environment with the stand-in platform CRDs and a
+// Strimzi Kafka "kc" (strimziKafka) in a fresh namespace.
+func strimziEnv(t *testing.T, eo envOptions) (*testEnv, string, *consumertest.TestCA) {
+	t.Helper()
+	ca, err := consumertest.NewTestCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	te := startEnv(t, eo)
+	ns := te.namespace(t)
+	if _, err := envtest.InstallCRDs(te.cfg.Config, platformCRDs); err != nil {
+		t.Fatal(err)
+	}
+	te.strimziKafka(t, ns, ca)
+	return te, ns, ca
+}
+
+// strimziKafka makes the stand-in Strimzi Kafka "kc" with a "tls" listener
+// and its cluster CA Secret.
+func (te *testEnv) strimziKafka(t *testing.T, ns string, ca *consumertest.TestCA) {
+	t.Helper()
+	te.platformObject(t, strimziKafkaGVK, ns, "kc", map[string]any{}, map[string]any{"listeners": []any{
+		map[string]any{"name": "tls", "bootstrapServers": "kc-kafka-bootstrap." + ns + ".svc:9093"}}})
+	te.secret(t, ns, "kc-cluster-ca-cert", map[string]string{"ca.crt": ca.PEM})
+}
+
 func setKafkaUserReady(t *testing.T, te *testEnv, ns, name, ready string) {
 	t.Helper()
 	user, err := te.getPlatform(t, strimziUserGVK, ns, name)
@@ -386,21 +412,10 @@ func TestPlatformsOutboxKafkaWaitKeepsTheDatabase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("envtest and PostgreSQL: skipped with -short")
 	}
-	ca, err := consumertest.NewTestCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	te := startEnv(t, envOptions{realClock: true})
-	ns := te.namespace(t)
+	te, ns, _ := strimziEnv(t, envOptions{realClock: true})
 	ctx := context.Background()
 	dbURL := consumertest.DatabaseURL(t)
 	te.secret(t, ns, "db", map[string]string{"url": dbURL})
-	if _, err := envtest.InstallCRDs(te.cfg.Config, platformCRDs); err != nil {
-		t.Fatal(err)
-	}
-	te.platformObject(t, strimziKafkaGVK, ns, "kc", map[string]any{}, map[string]any{"listeners": []any{
-		map[string]any{"name": "tls", "bootstrapServers": "kc-kafka-bootstrap." + ns + ".svc:9093"}}})
-	te.secret(t, ns, "kc-cluster-ca-cert", map[string]string{"ca.crt": ca.PEM})
 	te.create(t, newPlatformOutbox(ns, "rk", outboxStrimzi("kc")))
 	te.waitOutbox(t, ns, "rk", kafkav1alpha1.ConditionReady, metav1.ConditionFalse, kafkav1alpha1.ReasonKafkaUserNotReady)
 	te.secret(t, ns, "rk-outbox-relay", map[string]string{"password": "pw"})

@@ -28,7 +28,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
@@ -46,20 +45,9 @@ func TestPlatformsReleaseUnused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("envtest and PostgreSQL: skipped with -short")
 	}
-	ca, err := consumertest.NewTestCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	te := startEnv(t, envOptions{})
-	ns := te.namespace(t)
+	te, ns, _ := strimziEnv(t, envOptions{})
 	ctx := context.Background()
 	te.secret(t, ns, "db", map[string]string{"url": consumertest.DatabaseURL(t)})
-	if _, err := envtest.InstallCRDs(te.cfg.Config, platformCRDs); err != nil {
-		t.Fatal(err)
-	}
-	te.platformObject(t, strimziKafkaGVK, ns, "kc", map[string]any{}, map[string]any{"listeners": []any{
-		map[string]any{"name": "tls", "bootstrapServers": "kc-kafka-bootstrap." + ns + ".svc:9093"}}})
-	te.secret(t, ns, "kc-cluster-ca-cert", map[string]string{"ca.crt": ca.PEM})
 	te.create(t, newConsumer(ns, "sw", withStrimzi("kc"), withTable("sw_event")))
 	eventually(t, 30*time.Second, "the KafkaUser", func() (bool, string) {
 		_, err := te.getPlatform(t, strimziUserGVK, ns, "sw")

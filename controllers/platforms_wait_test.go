@@ -29,7 +29,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kafkav1alpha1 "github.com/idempotency-dev/operator/api/v1alpha1"
 	"github.com/idempotency-dev/operator/consumer/consumertest"
@@ -48,21 +47,13 @@ func TestPlatformsKafkaWaitKeepsTheDatabase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("envtest and PostgreSQL: skipped with -short")
 	}
-	ca, err := consumertest.NewTestCA()
-	if err != nil {
-		t.Fatal(err)
-	}
+	te, ns, ca := strimziEnv(t, envOptions{})
 	pg, err := consumertest.StartPostgres(consumertest.WithTLS(ca, "localhost"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pg.Stop() })
-	te := startEnv(t, envOptions{})
-	ns := te.namespace(t)
 	ctx := context.Background()
-	if _, err := envtest.InstallCRDs(te.cfg.Config, platformCRDs); err != nil {
-		t.Fatal(err)
-	}
 	conn := pgConn(t, pg.URL("postgres"))
 	if _, err := conn.Exec(ctx, `CREATE ROLE waiting_consumer LOGIN PASSWORD 'role-pw'`); err != nil {
 		t.Fatal(err)
@@ -74,9 +65,6 @@ func TestPlatformsKafkaWaitKeepsTheDatabase(t *testing.T) {
 	})
 	te.secret(t, ns, "pg-ca", map[string]string{"ca.crt": ca.PEM})
 	te.secret(t, ns, "waiting-role", map[string]string{"username": "waiting_consumer", "password": "role-pw"})
-	te.platformObject(t, strimziKafkaGVK, ns, "kc", map[string]any{}, map[string]any{"listeners": []any{
-		map[string]any{"name": "tls", "bootstrapServers": "kc-kafka-bootstrap." + ns + ".svc:9093"}}})
-	te.secret(t, ns, "kc-cluster-ca-cert", map[string]string{"ca.crt": ca.PEM})
 
 	te.create(t, newConsumer(ns, "w", withCNPG("pg"), withStrimzi("kc"), withTable("waiting_event"), func(o *kafkav1alpha1.IdempotentConsumer) {
 		o.Spec.Database.CloudNativePG.ConsumerRole = &kafkav1alpha1.CloudNativePGRole{
