@@ -491,7 +491,16 @@ func (r *OutboxReconciler) outboxDatabase(ctx context.Context, s *outboxState) e
 	}
 	dctx, cancel := context.WithTimeout(ctx, r.Options.DatabaseTimeout)
 	defer cancel()
-	if err := outbox.Ensure(dctx, pool, s.tbl, string(obj.UID), outbox.WithMaxMessageBytes(int(obj.MaxMessageBytes())), outbox.WithTopics(obj.Spec.Kafka.Topics)); err != nil {
+	err = outbox.Ensure(dctx, pool, s.tbl, string(obj.UID), outbox.WithMaxMessageBytes(int(obj.MaxMessageBytes())), outbox.WithTopics(obj.Spec.Kafka.Topics))
+	var pendingCheck *outbox.TopicCheckPendingError
+	if errors.As(err, &pendingCheck) {
+		// The rest is done; the topic check is installed on a later
+		// reconcile (a retiring topic waits for it: outbox_retire.go).
+		log.FromContext(ctx).Info("The outbox's topic check waits for its lock", "error", s.sec.scrub(err.Error()))
+		s.wake(10 * time.Second)
+		err = nil
+	}
+	if err != nil {
 		var own *dedup.OwnershipError
 		if errors.As(err, &own) {
 			reason, msg := kafkav1alpha1.ReasonTableClaimed, fmt.Sprintf(

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -44,11 +45,11 @@ import (
 //
 //  1. The operator sees a topic the KafkaUser grants that the spec no
 //     longer names (sinceTime).
-//  2. At the first stats read after an Ensure that succeeded in the same
-//     reconcile (so the table's topic check refuses the topic), a
-//     transaction id taken then is until: every row for the topic is from a
-//     transaction below it (consumer/outbox/topics.go says why: the check is
-//     changed under a SHARE lock of the table).
+//  2. Once an Ensure has succeeded in the same reconcile (the table's topic
+//     check refuses the topic) and outbox.TopicsSettled says no transaction
+//     that may still run an earlier check is open, a transaction id taken
+//     then is until: every row for the topic is from a transaction below it
+//     (consumer/outbox/topics.go says why).
 //  3. Once the cursor's lo reaches until, every committed row below it is
 //     published (window.go). An idle relay does not move its cursor, so it
 //     is also enough that a snapshot's xmin has reached until (every
@@ -158,9 +159,11 @@ func (r *OutboxReconciler) retireTopics(ctx context.Context, s *outboxState, st 
 		case rt.Published:
 		case rt.Until == "" || err != nil:
 			// Called from outboxStats: this reconcile's Ensure succeeded.
-			if h, err := r.horizon(ctx, s); err == nil {
+			if h, ok := r.horizon(ctx, s); ok {
 				rt.Until = strconv.FormatUint(h, 10)
 				s.wake(time.Second) // the idle relay's case needs no wait for the relay
+			} else {
+				s.wake(2 * time.Second) // the topic check settling
 			}
 		case st.Lo >= until || r.publishedUpTo(ctx, s, rt.Name, until):
 			msg := fmt.Sprintf("Topic %q is retired: the relay has published every event emitted to it; its ACL leaves KafkaUser %q",
@@ -189,13 +192,22 @@ func (r *OutboxReconciler) publishedUpTo(ctx context.Context, s *outboxState, to
 	return xmin >= until && !pending
 }
 
-// horizon reads until (step 2); an error leaves it unset, logged.
-func (r *OutboxReconciler) horizon(ctx context.Context, s *outboxState) (uint64, error) {
+// horizon reads until (step 2) once the topic check has settled; not ok
+// while it has not, or on an error (logged).
+func (r *OutboxReconciler) horizon(ctx context.Context, s *outboxState) (uint64, bool) {
 	dctx, cancel := context.WithTimeout(ctx, r.Options.DatabaseTimeout)
 	defer cancel()
-	h, err := outbox.Horizon(dctx, s.pool)
+	var h uint64
+	err := s.pool.AcquireFunc(dctx, func(c *pgxpool.Conn) error {
+		settled, err := outbox.TopicsSettled(dctx, c.Conn(), s.tbl)
+		if err != nil || !settled {
+			return err
+		}
+		h, err = outbox.Horizon(dctx, s.pool)
+		return err
+	})
 	if err != nil {
 		log.FromContext(ctx).Info("Cannot read the transaction horizon for a retiring topic; its ACL stays", "error", s.sec.scrub(err.Error()))
 	}
-	return h, err
+	return h, err == nil && h != 0
 }

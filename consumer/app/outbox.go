@@ -181,7 +181,10 @@ func runOutboxRelay(ctx context.Context, args []string, getenv func(string) stri
 			return fail("%s: cannot be parsed", envvars.DatabaseURL)
 		}
 		defer pool.Close()
-		if err := outbox.Ensure(ctx, pool, cfg.Table, *owner, outbox.WithMaxMessageBytes(cfg.MaxMessageBytes)); err != nil {
+		var pending *outbox.TopicCheckPendingError
+		if err := outbox.Ensure(ctx, pool, cfg.Table, *owner, outbox.WithMaxMessageBytes(cfg.MaxMessageBytes)); errors.As(err, &pending) {
+			log.Warn("the outbox is ready; its topic check waits for a moment without inserts, at the next start", "err", err)
+		} else if err != nil {
 			log.Error("creating the outbox", "err", err)
 			return ExitFailed
 		}

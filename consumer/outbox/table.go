@@ -140,7 +140,9 @@ func WithMaxMessageBytes(n int) EnsureOption {
 // cursor table and the emit function, or checks that an existing table is
 // an outbox of owner; the emit function is (re)installed every time. Like
 // dedup's EnsureTable it makes no partition: call Maintain next. It runs
-// under the table's maintenance lock.
+// under the table's maintenance lock. The topic check (topics.go) is
+// installed or changed too; when its lock is not granted in time the rest is
+// done and a *TopicCheckPendingError returned (call Ensure again later).
 func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string, opts ...EnsureOption) error {
 	t = t.WithDefaults()
 	if err := t.Validate(); err != nil {
@@ -162,6 +164,7 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string, opts
 	if err != nil {
 		return err
 	}
+	var pending error
 	err = eng.Locked(ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		st, err := eng.Observe(ctx)
 		if err != nil {
@@ -180,7 +183,10 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string, opts
 		if err := ensureCursor(ctx, conn, t); err != nil {
 			return err
 		}
-		if err := ensureTopicCheck(ctx, conn, t, o.topics); err != nil { // topics.go
+		var tp *TopicCheckPendingError
+		if err := ensureTopicCheck(ctx, conn, t, o.topics); errors.As(err, &tp) { // topics.go
+			pending = err // the rest is done all the same
+		} else if err != nil {
 			return err
 		}
 		// EXECUTE is PUBLIC's by default; Grant gives it to emitters.
@@ -193,7 +199,7 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string, opts
 	if err != nil {
 		return fmt.Errorf("ensuring outbox %s: %w", t, err)
 	}
-	return nil
+	return pending
 }
 
 // createTable makes the partitioned table in one implicit transaction (one

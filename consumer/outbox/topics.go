@@ -2,50 +2,89 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The topic check. WithTopics names the topics an outbox publishes to; a
 // row for any other would hold the relay's stream (a topic that does not
 // exist, or one its KafkaUser may not write) or go where the service should
 // not publish. The emit function checks the topic first, for its error
-// message; the authority is a BEFORE INSERT trigger on the table, which
-// also sees a plain INSERT (emitters may insert the event's columns) and
-// cannot be passed by a session that still runs an older emit function.
+// message; the authority is a BEFORE INSERT trigger on the table
+// (idempotency_outbox_topics, function <table>_topics), which also sees a
+// plain INSERT (emitters may insert the event's columns) and COPY, and
+// cannot be passed by a session that still runs an older emit function. It
+// is ENABLE ALWAYS, so session_replication_role = replica (a logical
+// replication worker, pg_restore --disable-triggers) does not skip it;
+// Ensure repairs a trigger someone disabled.
 //
-// What a change of the list promises (a topic retired by the operator,
-// controllers/outbox_retire.go, relies on it): once Ensure has returned,
-// every row for a topic no longer listed is from a transaction whose id is
-// below any transaction id taken afterwards (Horizon). The trigger function
-// is replaced under a SHARE lock of the table (and, by LOCK TABLE's
-// recursion, its partitions), which waits for every transaction that has
-// inserted into it to end and makes every later insert wait until the new
-// function is committed. A later insert takes its ROW EXCLUSIVE lock anew
-// and so reads the catalog again (PostgreSQL processes invalidations when a
-// lock is acquired), running the new function. A transaction that held the
-// lock before has ended, its id below the horizon. The lock is taken only
-// when the list changes (the function's source differs), so the usual
-// Ensure of every reconcile blocks no insert; it waits at most the
-// engine's lock_timeout, and a timeout fails Ensure, to be retried.
+// Changing the list never waits for the emitters. The trigger function is
+// replaced with CREATE OR REPLACE, which takes no lock of the table; an
+// insert that takes its ROW EXCLUSIVE lock of the table afterwards reads the
+// catalog again (PostgreSQL processes invalidations when a lock is
+// acquired) and runs the new function. Only a transaction that held that
+// lock already may still run the old one. So the change is pending until
+// every transaction that held an insert's lock on the table or a partition
+// right after the change committed has ended (a prepared one until it is
+// resolved), as CREATE INDEX CONCURRENTLY waits for older transactions;
+// TopicsSettled says when. Their virtual transaction ids (pg_locks, which
+// every role may read) are kept in the function's comment, so any later
+// call can tell, as can another process; a virtual id is not reused while
+// its transaction runs, and a transaction that ended holds no lock.
+//
+// What a settled change promises (a topic retired by the operator,
+// controllers/outbox_retire.go, relies on it): every row for a topic no
+// longer listed is from a transaction whose id is below any transaction id
+// taken afterwards (Horizon): the transactions that could still write one
+// have ended.
+//
+// Creating the trigger (a table made before it existed) or enabling it
+// again takes a SHARE ROW EXCLUSIVE lock of the table, which does wait for
+// the emitters, up to the engine's lock_timeout: a timeout leaves the check
+// as it was and Ensure returns a *TopicCheckPendingError after doing the
+// rest, to be tried again.
 
 const (
 	topicsSuffix  = "_topics"
 	topicsTrigger = "idempotency_outbox_topics"
+	// pendingPrefix starts the function's comment while a change is not
+	// settled: the virtual transaction ids waited for follow, comma
+	// separated.
+	pendingPrefix = "idempotency.dev/topics-pending-on="
 )
+
+// TopicCheckPendingError: the topic check could not be installed or enabled
+// (its lock was not granted in time); everything else Ensure does is done.
+type TopicCheckPendingError struct {
+	Table string
+	Err   error
+}
+
+func (e *TopicCheckPendingError) Error() string {
+	return fmt.Sprintf("outbox %s: the topic check is not installed yet (it waits for the transactions that insert into the table): %v", e.Table, e.Err)
+}
+
+func (e *TopicCheckPendingError) Unwrap() error { return e.Err }
 
 func topicsIdent(t Table) string {
 	t = t.WithDefaults()
 	return pgx.Identifier{t.Schema, t.Name + topicsSuffix}.Sanitize()
 }
 
-// topicsBody is the trigger function's source for topics (none: any).
+// topicsBody is the trigger function's source for topics (none: any), the
+// same for the same set in any order.
 func topicsBody(t Table, topics []string) string {
 	if len(topics) == 0 {
 		return "\nBEGIN\n  RETURN NEW;\nEND\n"
 	}
+	topics = slices.Clone(topics)
+	slices.Sort(topics)
+	topics = slices.Compact(topics)
 	lit := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 	lits := make([]string, len(topics))
 	for i, tp := range topics {
@@ -63,40 +102,143 @@ END
 `, strings.Join(lits, ", "), strings.ReplaceAll(t.String(), "'", "''"), strings.ReplaceAll(strings.ReplaceAll(list, "'", "''"), "%", "%%"))
 }
 
-// ensureTopicCheck installs the trigger and its function for topics, or
-// replaces the function when its source differs, under a SHARE lock of the
-// table (above). conn is the engine's session (lock_timeout set).
+// topicCheckState is what the catalog says of the check.
+type topicCheckState struct {
+	src *string // the function's source; nil: no function
+	// armed: the trigger is on the table and every partition, ENABLE
+	// ALWAYS, calling the function.
+	armed bool
+}
+
+func readTopicCheck(ctx context.Context, conn *pgx.Conn, t Table) (topicCheckState, error) {
+	var st topicCheckState
+	err := conn.QueryRow(ctx, `
+WITH f AS (SELECT pg_catalog.to_regprocedure($1) AS oid),
+     tree AS (SELECT relid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($2)))
+SELECT (SELECT p.prosrc FROM pg_catalog.pg_proc p, f WHERE p.oid = f.oid),
+       (SELECT count(*) FROM tree) > 0 AND NOT EXISTS (
+         SELECT 1 FROM tree
+          WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g, f
+                             WHERE g.tgrelid = tree.relid AND g.tgname = $3 AND g.tgenabled = 'A' AND g.tgfoid = f.oid))`,
+		topicsIdent(t)+"()", t.ident(), topicsTrigger).Scan(&st.src, &st.armed)
+	if err != nil {
+		return st, fmt.Errorf("reading the topic check of %s: %w", t, err)
+	}
+	return st, nil
+}
+
+// ensureTopicCheck installs the check for topics on conn (the engine's
+// session, lock_timeout set): the trigger, armed, under its lock when it is
+// missing or disarmed; otherwise only the function, replaced without a lock
+// when its source differs, the change then pending (above).
 func ensureTopicCheck(ctx context.Context, conn *pgx.Conn, t Table, topics []string) error {
 	t = t.WithDefaults()
 	body := topicsBody(t, topics)
-	var src *string
-	var hasTrigger bool
-	err := conn.QueryRow(ctx, `
-SELECT (SELECT p.prosrc FROM pg_catalog.pg_proc p WHERE p.oid = pg_catalog.to_regprocedure($1)),
-       EXISTS (SELECT 1 FROM pg_catalog.pg_trigger g WHERE g.tgrelid = pg_catalog.to_regclass($2) AND g.tgname = $3)`,
-		topicsIdent(t)+"()", t.ident(), topicsTrigger).Scan(&src, &hasTrigger)
+	st, err := readTopicCheck(ctx, conn, t)
 	if err != nil {
-		return fmt.Errorf("reading the topic check of %s: %w", t, err)
+		return err
 	}
-	if src != nil && *src == body && hasTrigger {
+	if st.armed && st.src != nil && *st.src == body {
 		return nil
 	}
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `LOCK TABLE `+t.ident()+` IN SHARE MODE`); err != nil {
-			return fmt.Errorf("locking %s to change its topics (every transaction that inserted into it must end first): %w", t, err)
-		}
-		_, err := tx.Exec(ctx, `CREATE OR REPLACE FUNCTION `+topicsIdent(t)+`() RETURNS trigger
+	replace := `CREATE OR REPLACE FUNCTION ` + topicsIdent(t) + `() RETURNS trigger
 LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp
-AS $idempotency_topics$`+body+`$idempotency_topics$`)
+AS $idempotency_topics$` + body + `$idempotency_topics$`
+	if !st.armed {
+		// CREATE TRIGGER and ENABLE ALWAYS take SHARE ROW EXCLUSIVE, which
+		// waits for every inserter: once granted, no transaction can run
+		// an older check, so nothing is pending.
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, replace); err != nil {
+				return err
+			}
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = pg_catalog.to_regclass($1) AND tgname = $2)`,
+				t.ident(), topicsTrigger).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				if _, err := tx.Exec(ctx, `CREATE TRIGGER `+topicsTrigger+` BEFORE INSERT ON `+t.ident()+` FOR EACH ROW EXECUTE FUNCTION `+topicsIdent(t)+`()`); err != nil {
+					return err
+				}
+			}
+			// Recurses to the partitions; later ones get it armed too.
+			if _, err := tx.Exec(ctx, `ALTER TABLE `+t.ident()+` ENABLE ALWAYS TRIGGER `+topicsTrigger); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `COMMENT ON FUNCTION `+topicsIdent(t)+`() IS NULL`)
+			return err
+		})
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available
+			return &TopicCheckPendingError{Table: t.String(), Err: err}
+		}
 		if err != nil {
 			return fmt.Errorf("installing the topic check of %s: %w", t, err)
 		}
-		if !hasTrigger {
-			_, err := tx.Exec(ctx, `CREATE TRIGGER `+topicsTrigger+` BEFORE INSERT ON `+t.ident()+` FOR EACH ROW EXECUTE FUNCTION `+topicsIdent(t)+`()`)
-			if err != nil {
-				return fmt.Errorf("installing the topic check of %s: %w", t, err)
-			}
-		}
 		return nil
-	})
+	}
+	if _, err := conn.Exec(ctx, replace); err != nil {
+		return fmt.Errorf("changing the topic check of %s: %w", t, err)
+	}
+	// Read after the change committed: every transaction that could still
+	// run the former check holds its lock now.
+	var holders []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT l.virtualtransaction ORDER BY l.virtualtransaction), '{}')`+insertLockers, t.ident()).Scan(&holders); err != nil {
+		return fmt.Errorf("changing the topic check of %s: %w", t, err)
+	}
+	comment := "NULL"
+	if len(holders) > 0 {
+		comment = "'" + pendingPrefix + strings.ReplaceAll(strings.Join(holders, ","), "'", "''") + "'"
+	}
+	if _, err := conn.Exec(ctx, `COMMENT ON FUNCTION `+topicsIdent(t)+`() IS `+comment); err != nil {
+		return fmt.Errorf("changing the topic check of %s: %w", t, err)
+	}
+	return nil
+}
+
+// insertLockers is the FROM and WHERE of the granted locks an insert takes
+// or allows, on the table ($1) or a partition, held by other sessions.
+const insertLockers = `
+  FROM pg_catalog.pg_locks l
+ WHERE l.locktype = 'relation' AND l.granted
+   AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
+   AND l.relation IN (SELECT relid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($1)))
+   AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+   AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()`
+
+// TopicsSettled reports whether t's topic check is armed and its last
+// change settled: no transaction that may still run an earlier check is
+// open (above). It marks a change it finds settled, so later calls are one
+// catalog read. It needs the table's owner (the comment), as Ensure does.
+func TopicsSettled(ctx context.Context, conn *pgx.Conn, t Table) (bool, error) {
+	t = t.WithDefaults()
+	if err := t.Validate(); err != nil {
+		return false, err
+	}
+	st, err := readTopicCheck(ctx, conn, t)
+	if err != nil || !st.armed {
+		return false, err
+	}
+	var comment *string
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.obj_description(pg_catalog.to_regprocedure($1), 'pg_proc')`, topicsIdent(t)+"()").Scan(&comment); err != nil {
+		return false, fmt.Errorf("reading the topic check of %s: %w", t, err)
+	}
+	if comment == nil || !strings.HasPrefix(*comment, pendingPrefix) {
+		return true, nil
+	}
+	// Any of them still running holds at least its virtual xid's lock.
+	waited := strings.Split(strings.TrimPrefix(*comment, pendingPrefix), ",")
+	var older bool
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE virtualtransaction = ANY ($1::text[]))`, waited).Scan(&older)
+	if err != nil {
+		return false, fmt.Errorf("looking for transactions older than the topic check of %s: %w", t, err)
+	}
+	if older {
+		return false, nil
+	}
+	if _, err := conn.Exec(ctx, `COMMENT ON FUNCTION `+topicsIdent(t)+`() IS NULL`); err != nil {
+		return false, fmt.Errorf("marking the topic check of %s settled: %w", t, err)
+	}
+	return true, nil
 }

@@ -86,12 +86,99 @@ func TestTopicCheck_AnOpenTransactionSeesTheChange(t *testing.T) {
 	}
 }
 
+// settled asks TopicsSettled on a connection of e's pool.
+func (e *relayEnv) settled(t *testing.T) bool {
+	t.Helper()
+	ctx := testCtx(t)
+	c, err := e.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	ok, err := outbox.TopicsSettled(ctx, c.Conn(), e.tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestTopicCheck_AChangeWaitsForNoEmitter: a change of the list returns at
+// once while a transaction that inserted is open (Ensure blocks no emit and
+// fails for none; a review found the first version's SHARE lock failing
+// every change under overlapping long transactions, and partition upkeep
+// with it); it is pending until that transaction ends.
+func TestTopicCheck_AChangeWaitsForNoEmitter(t *testing.T) {
+	e := topicsOutbox(t, "keep", "gone")
+	ctx := testCtx(t)
+	if !e.settled(t) {
+		t.Fatal("a new outbox's topic check is not settled")
+	}
+	holder, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := outbox.Emit(ctx, holder, e.tbl, outbox.Message{Topic: "keep", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := outbox.Ensure(ctx, e.pool, e.tbl, testOwner, outbox.WithTopics([]string{"keep"})); err != nil {
+		t.Fatalf("Ensure with an emitter's transaction open: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Ensure took %s with an emitter's transaction open, want no wait for it", d)
+	}
+	if e.settled(t) {
+		t.Error("the change settled while a transaction that inserted before it is open")
+	}
+	if err := outbox.Ensure(ctx, e.pool, e.tbl, testOwner, outbox.WithTopics([]string{"keep"})); err != nil || e.settled(t) {
+		t.Errorf("Ensure again (no change): %v; settled %v, want still pending", err, e.settled(t))
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !e.settled(t) {
+		t.Error("the change is not settled once the transaction ended")
+	}
+}
+
+// TestTopicCheck_ArmedAlways: a trigger someone disabled is armed again by
+// Ensure, and session_replication_role = replica (a replication worker, a
+// restore without triggers) does not skip it.
+func TestTopicCheck_ArmedAlways(t *testing.T) {
+	e := topicsOutbox(t, "keep")
+	ctx := testCtx(t)
+	if _, err := e.pool.Exec(ctx, `ALTER TABLE public.outbox DISABLE TRIGGER idempotency_outbox_topics`); err != nil {
+		t.Fatal(err)
+	}
+	if e.settled(t) {
+		t.Error("settled with the trigger disabled")
+	}
+	if err := outbox.Ensure(ctx, e.pool, e.tbl, testOwner, outbox.WithTopics([]string{"keep"})); err != nil {
+		t.Fatal(err)
+	}
+	if !e.settled(t) {
+		t.Error("not settled once Ensure armed the trigger again")
+	}
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO public.outbox (event_id, topic, payload) VALUES ($1, 'gone', '\x7b7d')`, uuid.Must(uuid.NewV7()))
+		return err
+	})
+	if !isTopicRefusal(err, "gone") {
+		t.Errorf("an insert with session_replication_role = replica: %v, want the topic refusal", err)
+	}
+}
+
 // TestTopicCheck_HorizonCoversEveryRowOfARemovedTopic: what a retired
 // topic relies on. An emit that passed the former function's topic check
 // and waits for its key's lock behind an open transaction, while the topic
 // is removed, either is refused or commits below a transaction id taken
-// after Ensure returned (Horizon). (Before, its row committed above it,
-// and the topic's ACL went while it was unpublished.)
+// once the change has settled (Horizon). (A review found the first
+// version's horizon, taken without waiting for such transactions, below
+// such a row.)
 func TestTopicCheck_HorizonCoversEveryRowOfARemovedTopic(t *testing.T) {
 	e := topicsOutbox(t, "keep", "gone")
 	ctx := testCtx(t)
@@ -104,13 +191,6 @@ func TestTopicCheck_HorizonCoversEveryRowOfARemovedTopic(t *testing.T) {
 	if _, err := outbox.Emit(ctx, holder, e.tbl, msg); err != nil {
 		t.Fatal(err)
 	}
-	waiting := func(n int) func() bool {
-		return func() bool {
-			var got int
-			err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got)
-			return err == nil && got >= n
-		}
-	}
 	writer, err := e.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -121,27 +201,20 @@ func TestTopicCheck_HorizonCoversEveryRowOfARemovedTopic(t *testing.T) {
 		_, err := outbox.Emit(ctx, writer, e.tbl, msg) // waits for the key's lock
 		written <- err
 	}()
-	waitFor(t, 10*time.Second, "the writer waiting for the key's lock", waiting(1))
-	// Ensure waits for the holder's table lock up to the engine's
-	// lock_timeout (500 ms) and is tried again, as the operator does.
-	ensured := make(chan error, 1)
-	go func() {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			err := outbox.Ensure(ctx, e.pool, e.tbl, testOwner, outbox.WithTopics([]string{"keep"}))
-			if err == nil || time.Now().After(deadline) {
-				ensured <- err
-				return
-			}
-		}
-	}()
-	waitFor(t, 10*time.Second, "Ensure waiting for the holder's table lock", waiting(2))
+	waitFor(t, 10*time.Second, "the writer waiting for the key's lock", func() bool {
+		var n int
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n >= 1
+	})
+	if err := outbox.Ensure(ctx, e.pool, e.tbl, testOwner, outbox.WithTopics([]string{"keep"})); err != nil {
+		t.Fatal(err)
+	}
+	if e.settled(t) {
+		t.Fatal("settled with the holder open")
+	}
 	if err := holder.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The writer gets the key's lock; its insert either went in before
-	// Ensure's lock (then Ensure waits for it to end) or waits for the
-	// change and runs the new check.
 	if err := <-written; err != nil {
 		if !isTopicRefusal(err, "gone") {
 			t.Fatalf("the waiting emit: %v, want success or the topic refusal", err)
@@ -150,9 +223,7 @@ func TestTopicCheck_HorizonCoversEveryRowOfARemovedTopic(t *testing.T) {
 	} else if err := writer.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-ensured; err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, 10*time.Second, "the change settled", func() bool { return e.settled(t) })
 	until, err := outbox.Horizon(ctx, e.pool)
 	if err != nil {
 		t.Fatal(err)
