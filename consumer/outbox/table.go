@@ -113,16 +113,19 @@ type EnsureOption func(*ensureOptions)
 type ensureOptions struct {
 	maxMessageBytes int
 	topics          []string
+	topicsSet       bool // WithTopics was given: the topic check is kept
 }
 
 // WithTopics sets the topics the outbox publishes to (an Outbox's
 // spec.kafka.topics): the emit function refuses an event to any other
 // (SQLSTATE 22023), in the emitting transaction, instead of a committed row
 // that holds the relay's stream (the topic does not exist) or goes where the
-// relay's Kafka identity may write and the emitter should not. Empty (the
-// default): any topic.
+// relay's Kafka identity may write and the emitter should not; the table's
+// topic check (a trigger, topics.go) refuses a plain INSERT of one too.
+// Empty: any topic. Without WithTopics, Ensure leaves the table's topic
+// check as it is (none on a table it makes).
 func WithTopics(topics []string) EnsureOption { // checked by Ensure (validTopic)
-	return func(o *ensureOptions) { o.topics = append([]string(nil), topics...) }
+	return func(o *ensureOptions) { o.topics, o.topicsSet = append([]string(nil), topics...), true }
 }
 
 // WithMaxMessageBytes sets the largest record the emit function accepts:
@@ -183,11 +186,15 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, t Table, owner string, opts
 		if err := ensureCursor(ctx, conn, t); err != nil {
 			return err
 		}
-		var tp *TopicCheckPendingError
-		if err := ensureTopicCheck(ctx, conn, t, o.topics); errors.As(err, &tp) { // topics.go
-			pending = err // the rest is done all the same
-		} else if err != nil {
-			return err
+		// Without WithTopics the check stays as it is (a relay that
+		// ensures its table must not widen what the table's owner set).
+		if o.topicsSet {
+			var tp *TopicCheckPendingError
+			if err := ensureTopicCheck(ctx, conn, t, o.topics); errors.As(err, &tp) { // topics.go
+				pending = err // the rest is done all the same
+			} else if err != nil {
+				return err
+			}
 		}
 		// EXECUTE is PUBLIC's by default; Grant gives it to emitters.
 		_, err = conn.Exec(ctx, emitFunctionSQL(t, o)+";\nREVOKE ALL ON FUNCTION "+emitIdent(t)+"(text, bytea, bytea, jsonb, text) FROM PUBLIC")

@@ -35,7 +35,14 @@ import (
 // TopicsSettled says when. Their virtual transaction ids (pg_locks, which
 // every role may read) are kept in the function's comment, so any later
 // call can tell, as can another process; a virtual id is not reused while
-// its transaction runs, and a transaction that ended holds no lock.
+// its backend's counter runs on, and a transaction that ended holds no
+// lock. "N/0" is no transaction (one whose commit is done but whose locks
+// are not yet released, or a session holding a session lock): never waited
+// for. The change commits with a mark that the list is not read yet ("?"),
+// so a change cut off before its list is written stays pending and
+// TopicsSettled reads the list then. Two processes changing one table's
+// list at once could write each other's list over; the operator's leader
+// election keeps it to one.
 //
 // What a settled change promises (a topic retired by the operator,
 // controllers/outbox_retire.go, relies on it): every row for a topic no
@@ -178,23 +185,43 @@ AS $idempotency_topics$` + body + `$idempotency_topics$`
 		}
 		return nil
 	}
-	if _, err := conn.Exec(ctx, replace); err != nil {
+	// The change and a pending mark with no list yet, in one transaction:
+	// if what follows never runs (a crash, a timeout), TopicsSettled finds
+	// the mark and takes the list then.
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, replace); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `COMMENT ON FUNCTION `+topicsIdent(t)+`() IS '`+pendingPrefix+unknownHolders+`'`)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("changing the topic check of %s: %w", t, err)
 	}
-	// Read after the change committed: every transaction that could still
-	// run the former check holds its lock now.
-	var holders []string
-	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT l.virtualtransaction ORDER BY l.virtualtransaction), '{}')`+insertLockers, t.ident()).Scan(&holders); err != nil {
-		return fmt.Errorf("changing the topic check of %s: %w", t, err)
-	}
-	comment := "NULL"
-	if len(holders) > 0 {
-		comment = "'" + pendingPrefix + strings.ReplaceAll(strings.Join(holders, ","), "'", "''") + "'"
-	}
-	if _, err := conn.Exec(ctx, `COMMENT ON FUNCTION `+topicsIdent(t)+`() IS `+comment); err != nil {
+	if _, err := recordHolders(ctx, conn, t); err != nil {
 		return fmt.Errorf("changing the topic check of %s: %w", t, err)
 	}
 	return nil
+}
+
+// unknownHolders stands for the list while it is not read yet.
+const unknownHolders = "?"
+
+// recordHolders reads the sessions that hold an insert's lock on t now and
+// keeps them as the pending list (read after the change committed: every
+// transaction that could still run the former check holds its lock then;
+// later is safe too, as those still running still hold it).
+func recordHolders(ctx context.Context, conn *pgx.Conn, t Table) ([]string, error) {
+	var holders []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT l.virtualtransaction ORDER BY l.virtualtransaction), '{}')`+insertLockers, t.ident()).Scan(&holders); err != nil {
+		return nil, err
+	}
+	list := strings.Join(holders, ",")
+	if list == "" {
+		list = "-" // none
+	}
+	_, err := conn.Exec(ctx, `COMMENT ON FUNCTION `+topicsIdent(t)+`() IS '`+pendingPrefix+strings.ReplaceAll(list, "'", "''")+`'`)
+	return holders, err
 }
 
 // insertLockers is the FROM and WHERE of the granted locks an insert takes
@@ -205,12 +232,13 @@ const insertLockers = `
    AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
    AND l.relation IN (SELECT relid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($1)))
    AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
-   AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()`
+   AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
+   AND l.virtualtransaction NOT LIKE '%/0'` // no transaction: ended (its locks not yet released) or a session lock
 
 // TopicsSettled reports whether t's topic check is armed and its last
 // change settled: no transaction that may still run an earlier check is
-// open (above). It marks a change it finds settled, so later calls are one
-// catalog read. It needs the table's owner (the comment), as Ensure does.
+// open (above). It needs the table's owner (it may write the comment), as
+// Ensure does.
 func TopicsSettled(ctx context.Context, conn *pgx.Conn, t Table) (bool, error) {
 	t = t.WithDefaults()
 	if err := t.Validate(); err != nil {
@@ -227,18 +255,27 @@ func TopicsSettled(ctx context.Context, conn *pgx.Conn, t Table) (bool, error) {
 	if comment == nil || !strings.HasPrefix(*comment, pendingPrefix) {
 		return true, nil
 	}
-	// Any of them still running holds at least its virtual xid's lock.
-	waited := strings.Split(strings.TrimPrefix(*comment, pendingPrefix), ",")
+	list := strings.TrimPrefix(*comment, pendingPrefix)
+	if list == unknownHolders {
+		// A change whose list was never read: read it now.
+		if _, err := recordHolders(ctx, conn, t); err != nil {
+			return false, fmt.Errorf("reading the transactions older than the topic check of %s: %w", t, err)
+		}
+		return false, nil
+	}
+	var waited []string
+	for _, v := range strings.Split(list, ",") {
+		if v != "-" && !strings.HasSuffix(v, "/0") { // /0: none (recorded by an earlier version)
+			waited = append(waited, v)
+		}
+	}
+	// Any of them still running holds at least its virtual xid's lock. The
+	// mark stays (clearing it could erase a newer change's list); a
+	// virtual xid is not reused while its backend's counter runs on.
 	var older bool
 	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE virtualtransaction = ANY ($1::text[]))`, waited).Scan(&older)
 	if err != nil {
 		return false, fmt.Errorf("looking for transactions older than the topic check of %s: %w", t, err)
 	}
-	if older {
-		return false, nil
-	}
-	if _, err := conn.Exec(ctx, `COMMENT ON FUNCTION `+topicsIdent(t)+`() IS NULL`); err != nil {
-		return false, fmt.Errorf("marking the topic check of %s settled: %w", t, err)
-	}
-	return true, nil
+	return !older, nil
 }

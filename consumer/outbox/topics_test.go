@@ -236,3 +236,75 @@ func TestTopicCheck_HorizonCoversEveryRowOfARemovedTopic(t *testing.T) {
 		t.Errorf("%d row(s) for the removed topic from a transaction at or above the horizon %d", above, until)
 	}
 }
+
+// setTopicsComment sets the topic check function's comment as a change in
+// progress would.
+func (e *relayEnv) setTopicsComment(t *testing.T, comment string) {
+	t.Helper()
+	if _, err := e.pool.Exec(testCtx(t), `COMMENT ON FUNCTION public.outbox_topics() IS '`+comment+`'`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTopicCheck_AnInterruptedChangeIsPending: a change whose list of
+// older transactions was never written (Ensure cut off after the function
+// was replaced) is pending, not settled: TopicsSettled reads the list then.
+// (A review found it settled: the next Ensure saw the same source and
+// wrote nothing, and a session that still ran the former check inserted
+// above the horizon.)
+func TestTopicCheck_AnInterruptedChangeIsPending(t *testing.T) {
+	e := topicsOutbox(t, "keep", "gone")
+	ctx := testCtx(t)
+	holder, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := outbox.Emit(ctx, holder, e.tbl, outbox.Message{Topic: "keep", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Ensure(ctx, e.pool, e.tbl, testOwner, outbox.WithTopics([]string{"keep"})); err != nil {
+		t.Fatal(err)
+	}
+	e.setTopicsComment(t, "idempotency.dev/topics-pending-on=?") // as if cut off before the list
+	if e.settled(t) || e.settled(t) {
+		t.Error("an interrupted change settled with a transaction from before it open")
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !e.settled(t) {
+		t.Error("not settled once the transaction ended")
+	}
+}
+
+// TestTopicCheck_NoTransactionIsNotWaitedFor: a virtual xid "N/0" (a
+// session in no transaction: one whose commit was caught before its locks
+// went, or one holding a session lock, as the relay's ownership lock) is
+// never waited for. (A review found one recorded and waited for for good
+// once that backend held an idle session lock.)
+func TestTopicCheck_NoTransactionIsNotWaitedFor(t *testing.T) {
+	e := topicsOutbox(t, "keep")
+	ctx := testCtx(t)
+	c, err := e.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	var pid int
+	if err := c.QueryRow(ctx, `SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock(4242)) l`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	var vxid string // read from another session, the holder idle
+	if err := e.pool.QueryRow(ctx, `SELECT virtualtransaction FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 LIMIT 1`, pid).Scan(&vxid); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Exec(ctx, `SELECT pg_advisory_unlock(4242)`)
+	if !strings.HasSuffix(vxid, "/0") {
+		t.Fatalf("an idle session lock's virtual xid %q, want N/0", vxid)
+	}
+	e.setTopicsComment(t, "idempotency.dev/topics-pending-on="+vxid)
+	if !e.settled(t) {
+		t.Errorf("waiting for %s, a session in no transaction", vxid)
+	}
+}
