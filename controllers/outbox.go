@@ -107,9 +107,10 @@ type OutboxReconciler struct {
 	// DefaultOutboxStatsInterval.
 	StatsInterval time.Duration
 
-	backoff *backoff
-	mu      sync.Mutex
-	memory  map[types.NamespacedName]*outboxMemory
+	backoff  *backoff
+	mu       sync.Mutex
+	memory   map[types.NamespacedName]*outboxMemory // released: platforms_release.go
+	released releaseChecks
 }
 
 // outboxMemory is what the controller keeps per Outbox between reconciles:

@@ -19,6 +19,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -71,7 +72,7 @@ func (p platformSpec) derivedUsed() bool {
 // no longer can (its pods: those of the Deployment depName, if any). It returns what it did, and how long to wait before
 // looking again when something is left for the pods (0: nothing left, or a
 // Deployment change wakes the reconciler).
-func (pc platformClient) releaseUnused(ctx context.Context, p platformSpec, depName string, now time.Time) (deleted []string, wait time.Duration, err error) {
+func (pc platformClient) releaseUnused(ctx context.Context, p platformSpec, depName string, now time.Time) (deleted []string, wait time.Duration, clear bool, err error) {
 	var unused []client.Object
 	if p.strimzi == nil {
 		u := &unstructured.Unstructured{}
@@ -88,7 +89,7 @@ func (pc platformClient) releaseUnused(ctx context.Context, p platformSpec, depN
 		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 			continue
 		case err != nil:
-			return nil, 0, fmt.Errorf("reading %s: %w", o.GetName(), err)
+			return nil, 0, false, fmt.Errorf("reading %s: %w", o.GetName(), err)
 		}
 		if sec, ok := o.(*corev1.Secret); ok && len(sec.Data) == 0 {
 			continue // emptied before
@@ -98,7 +99,7 @@ func (pc platformClient) releaseUnused(ctx context.Context, p platformSpec, depN
 		}
 	}
 	if len(owned) == 0 {
-		return nil, 0, nil
+		return nil, 0, true, nil
 	}
 	// Read from the API server, not the cache: the workload phase may
 	// have just written a new template the cache has not seen yet.
@@ -109,16 +110,16 @@ func (pc platformClient) releaseUnused(ctx context.Context, p platformSpec, depN
 	case err == nil:
 		dep = cur
 	case !apierrors.IsNotFound(err):
-		return nil, 0, fmt.Errorf("reading Deployment %s: %w", depName, err)
+		return nil, 0, false, fmt.Errorf("reading Deployment %s: %w", depName, err)
 	}
 	if wait, ok := podsReleased(dep, now); !ok {
-		return nil, wait, nil
+		return nil, wait, false, nil
 	}
 	for _, o := range owned {
 		if sec, ok := o.(*corev1.Secret); ok {
 			sec.Data, sec.StringData = nil, nil
 			if err := pc.client.Update(ctx, sec); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return deleted, 0, fmt.Errorf("emptying Secret %s: %w", sec.Name, err)
+				return deleted, 0, false, fmt.Errorf("emptying Secret %s: %w", sec.Name, err)
 			}
 			deleted = append(deleted, fmt.Sprintf("Secret %q emptied", sec.Name))
 			continue
@@ -126,11 +127,45 @@ func (pc platformClient) releaseUnused(ctx context.Context, p platformSpec, depN
 		uid := o.GetUID()
 		err := pc.client.Delete(ctx, o, client.Preconditions{UID: &uid})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return deleted, 0, fmt.Errorf("deleting %s: %w", o.GetName(), err)
+			return deleted, 0, false, fmt.Errorf("deleting %s: %w", o.GetName(), err)
 		}
 		deleted = append(deleted, fmt.Sprintf("%s %q deleted", o.(*unstructured.Unstructured).GetKind(), o.GetName()))
 	}
-	return deleted, 0, nil
+	return deleted, 0, true, nil
+}
+
+// releaseChecks remembers, per object, the platform use last found with
+// nothing left to release, so an object that never used a platform costs
+// two reads after the operator starts (one of another operator's kind,
+// which may refresh the REST mapper), not on every reconcile; a change of
+// use looks again until it is released.
+type releaseChecks struct {
+	mu   sync.Mutex
+	done map[string]string
+}
+
+func releaseKey(p platformSpec) string {
+	return fmt.Sprintf("%T/%s/%s", p.owner, p.owner.GetNamespace(), p.owner.GetName())
+}
+
+func releaseUse(p platformSpec) string {
+	return fmt.Sprint(p.strimzi != nil, p.derivedUsed())
+}
+
+func (rc *releaseChecks) due(p platformSpec) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	use, ok := rc.done[releaseKey(p)]
+	return !ok || use != releaseUse(p)
+}
+
+func (rc *releaseChecks) clear(p platformSpec) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.done == nil {
+		rc.done = map[string]string{}
+	}
+	rc.done[releaseKey(p)] = releaseUse(p)
 }
 
 func named[T client.Object](o T, namespace, name string) T {
@@ -167,7 +202,7 @@ func podsReleased(dep *appsv1.Deployment, now time.Time) (wait time.Duration, ok
 // workload's.
 func (r *IdempotentConsumerReconciler) releasePlatformObjects(ctx context.Context, s *reconcileState) error {
 	obj := s.obj
-	wait, err := releasePlatformObjects(ctx, platformClient{r.Client, r.APIReader}, consumerPlatform(obj), objects.DeploymentName(obj),
+	wait, err := releasePlatformObjects(ctx, platformClient{r.Client, r.APIReader}, &r.released, consumerPlatform(obj), objects.DeploymentName(obj),
 		func(msg string) {
 			r.event(obj, corev1.EventTypeNormal, ReasonPlatformObjectReleased, actionReleasePlatformObject, msg)
 		})
@@ -180,7 +215,7 @@ func (r *IdempotentConsumerReconciler) releasePlatformObjects(ctx context.Contex
 // releasePlatformObjects is the Outbox's phase, after the relay's.
 func (r *OutboxReconciler) releasePlatformObjects(ctx context.Context, s *outboxState) error {
 	obj := s.obj
-	wait, err := releasePlatformObjects(ctx, platformClient{r.Client, r.APIReader}, outboxPlatform(obj), objects.RelayDeploymentName(obj),
+	wait, err := releasePlatformObjects(ctx, platformClient{r.Client, r.APIReader}, &r.released, outboxPlatform(obj), objects.RelayDeploymentName(obj),
 		func(msg string) {
 			r.event(obj, corev1.EventTypeNormal, ReasonPlatformObjectReleased, actionReleasePlatformObject, msg)
 		})
@@ -190,13 +225,19 @@ func (r *OutboxReconciler) releasePlatformObjects(ctx context.Context, s *outbox
 	return err
 }
 
-// releasePlatformObjects runs releaseUnused against the Deployment
-// depName (its pods use the platform objects) and tells event of each
-// change.
-func releasePlatformObjects(ctx context.Context, pc platformClient, p platformSpec, depName string, event func(string)) (time.Duration, error) {
-	done, wait, err := pc.releaseUnused(ctx, p, depName, time.Now())
+// releasePlatformObjects runs releaseUnused, when due, against the
+// Deployment depName (its pods use the platform objects) and tells event
+// of each change.
+func releasePlatformObjects(ctx context.Context, pc platformClient, rc *releaseChecks, p platformSpec, depName string, event func(string)) (time.Duration, error) {
+	if !rc.due(p) {
+		return 0, nil
+	}
+	done, wait, clear, err := pc.releaseUnused(ctx, p, depName, time.Now())
 	for _, d := range done {
 		event(d + ": it is no longer used by this object's spec, and no pod of it can still run with it")
+	}
+	if clear && err == nil {
+		rc.clear(p)
 	}
 	return wait, err
 }

@@ -191,6 +191,7 @@ type IdempotentConsumerReconciler struct {
 	topicCache topicCache
 	keda       kedaDetector
 	hasher     configHasher
+	released   releaseChecks // platforms_release.go
 }
 
 // +kubebuilder:rbac:groups=kafka.idempotency.dev,resources=idempotentconsumers,verbs=get;list;watch;update;patch
