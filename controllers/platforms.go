@@ -19,6 +19,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"strings"
@@ -604,10 +605,17 @@ func (pc platformClient) applyPlatformSecret(ctx context.Context, obj client.Obj
 			"the Secret %q this object keeps its derived platform values in exists and is not this object's (%s): it is left as it is; rename this object or remove that Secret",
 			name, owner)}, nil
 	}
-	if equalData(cur.Data, data) {
+	// Merged: a key no longer derived stays until no pod can read it
+	// (platforms_release.go takes it out).
+	merged := maps.Clone(cur.Data)
+	if merged == nil {
+		merged = map[string][]byte{}
+	}
+	maps.Copy(merged, data)
+	if equalData(cur.Data, merged) {
 		return nil, nil
 	}
-	cur.Data = data
+	cur.Data = merged
 	if err := pc.client.Update(ctx, &cur); err != nil {
 		return nil, fmt.Errorf("updating Secret %s: %w", name, err)
 	}

@@ -19,6 +19,8 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,21 +40,27 @@ import (
 
 // Releasing what a spec no longer uses. An object switched from
 // spec.kafka.strimzi to bootstrapServers no longer uses its KafkaUser, and
-// one that no longer needs derived values (no consumerRole or relayRole and
-// no Pooler, no SCRAM user name) no longer uses its Secret
-// "<name>-platform" ("<name>-outbox-platform"). Both hold credentials (the
-// KafkaUser's ACLs and Secret, a role's database URL): least privilege says
-// they go. The KafkaUser is deleted; the Secret is emptied (the operator
-// never deletes a Secret: config/manifests_test.go), and goes with the
-// object (its owner reference). Not at once: pods of the former template still run with them
-// until the new template has rolled out, and a pod being replaced still
-// drains (its last offset commit, its last publish) for up to its
-// termination grace period. So they are deleted once the Deployment has
-// rolled out (every replica on the current template) and that grace has
-// passed since the rollout ended (its Progressing condition's
-// NewReplicaSetAvailable time); at once without a Deployment (a table-only
-// IdempotentConsumer). Only objects this object controls are touched. The
-// dead-letter KafkaTopic is never deleted: it holds records.
+// one that no longer needs a derived value (no consumerRole or relayRole and
+// no Pooler: no "uri"; no SCRAM user name: no "username") no longer uses that
+// key of its Secret "<name>-platform" ("<name>-outbox-platform"). Both are
+// credentials (the KafkaUser's ACLs and Secret, a role's database URL):
+// least privilege says they go. The KafkaUser is deleted (one the object
+// adopted, kafka.idempotency.dev/adopt, is handed back instead: it likely
+// lives in Git); the keys are taken out of the Secret (the operator never
+// deletes a Secret: config/manifests_test.go), which goes with the object
+// (its owner reference). The Secret is written by merging
+// (applyPlatformSecret), so a key no longer derived stays until then.
+//
+// Not at once: pods of the former template still run with them until the
+// new template has rolled out, and a pod being replaced still drains (its
+// last offset commit, its last publish) for up to its termination grace
+// period. So they go once the Deployment's template names none of them (it
+// may keep the former template: a Secret the new one needs is missing, a
+// refused template), it has rolled out (every replica on the current
+// template), and that grace has passed since the rollout ended; at once
+// without a Deployment (a table-only IdempotentConsumer). Only objects this
+// object controls are touched. The dead-letter KafkaTopic is never deleted:
+// it holds records.
 
 // ReasonPlatformObjectReleased: a platform object the spec no longer uses
 // was deleted (a KafkaUser) or emptied (the derived Secret): a Normal Event.
@@ -60,78 +68,208 @@ const ReasonPlatformObjectReleased = "PlatformObjectReleased"
 
 const actionReleasePlatformObject = "ReleasePlatformObject"
 
-// derivedUsed reports whether p needs the derived Secret: a pod role's or a
-// Pooler's URL, or a SCRAM user name.
-func (p platformSpec) derivedUsed() bool {
-	return p.cnpg != nil && (p.podRole != nil || p.cnpg.Pooler != "") ||
-		p.strimzi != nil && p.strimzi.Authentication != kafkav1alpha1.StrimziTLS
+// derivedKeys are the keys p derives into its Secret: "uri" (a pod role's
+// or a Pooler's URL) and "username" (the SCRAM user name).
+func (p platformSpec) derivedKeys() []string {
+	var keys []string
+	if p.cnpg != nil && (p.podRole != nil || p.cnpg.Pooler != "") {
+		keys = append(keys, "uri")
+	}
+	if p.strimzi != nil && p.strimzi.Authentication != kafkav1alpha1.StrimziTLS {
+		keys = append(keys, "username")
+	}
+	return keys
 }
 
-// releaseUnused deletes the KafkaUser and empties the derived Secret p no
-// longer uses, when p's owner controls them and the pods of dep (nil: none)
-// no longer can (its pods: those of the Deployment depName, if any). It returns what it did, and how long to wait before
-// looking again when something is left for the pods (0: nothing left, or a
-// Deployment change wakes the reconciler).
-func (pc platformClient) releaseUnused(ctx context.Context, p platformSpec, depName string, now time.Time) (deleted []string, wait time.Duration, clear bool, err error) {
-	var unused []client.Object
+// release is one thing releaseUnused does.
+type release struct {
+	obj client.Object
+	// secretKeys: for the derived Secret, the keys to take out (every
+	// key: emptied); nil for the KafkaUser.
+	secretKeys []string
+	// orphan: the KafkaUser was adopted (kafka.idempotency.dev/adopt): it
+	// is handed back (its controller reference removed), not deleted.
+	orphan bool
+}
+
+// releaseUnused deletes the KafkaUser p no longer uses (hands it back when it
+// was adopted) and takes out of the derived Secret the keys p no longer
+// derives (emptying it when none is left), when p's owner controls them and
+// no pod of the Deployment depName can still use them: its template names
+// none of them, it has rolled out, and its termination grace has passed
+// since. It returns what it did, how long to wait before looking again when
+// something is left (0: a Deployment change wakes the reconciler), and
+// whether nothing is left.
+func (pc platformClient) releaseUnused(ctx context.Context, rc *releaseChecks, p platformSpec, depName string, now time.Time) (done []string, wait time.Duration, clear bool, err error) {
+	ns := p.owner.GetNamespace()
+	var todo []release
 	if p.strimzi == nil {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(strimziUserGVK)
-		unused = append(unused, named(u, p.owner.GetNamespace(), p.kafkaUser))
-	}
-	if !p.derivedUsed() {
-		unused = append(unused, named(&corev1.Secret{}, p.owner.GetNamespace(), p.derivedSecret))
-	}
-	var owned []client.Object
-	for _, o := range unused {
-		err := pc.reader.Get(ctx, client.ObjectKeyFromObject(o), o)
+		err := pc.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: p.kafkaUser}, u)
 		switch {
 		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
-			continue
 		case err != nil:
-			return nil, 0, false, fmt.Errorf("reading %s: %w", o.GetName(), err)
-		}
-		if sec, ok := o.(*corev1.Secret); ok && len(sec.Data) == 0 {
-			continue // emptied before
-		}
-		if metav1.IsControlledBy(o, p.owner) {
-			owned = append(owned, o)
+			return nil, 0, false, fmt.Errorf("reading KafkaUser %s: %w", p.kafkaUser, err)
+		case metav1.IsControlledBy(u, p.owner):
+			todo = append(todo, release{obj: u, orphan: u.GetAnnotations()[kafkav1alpha1.AnnotationAdoptPlatformObject] == p.owner.GetName()})
 		}
 	}
-	if len(owned) == 0 {
+	sec := &corev1.Secret{}
+	err = pc.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: p.derivedSecret}, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, 0, false, fmt.Errorf("reading Secret %s: %w", p.derivedSecret, err)
+	case metav1.IsControlledBy(sec, p.owner):
+		var stale []string
+		for k := range sec.Data {
+			if !slices.Contains(p.derivedKeys(), k) {
+				stale = append(stale, k)
+			}
+		}
+		if len(stale) > 0 {
+			slices.Sort(stale)
+			todo = append(todo, release{obj: sec, secretKeys: stale})
+		}
+	}
+	if len(todo) == 0 {
 		return nil, 0, true, nil
 	}
 	// Read from the API server, not the cache: the workload phase may
 	// have just written a new template the cache has not seen yet.
 	var dep *appsv1.Deployment
 	cur := &appsv1.Deployment{}
-	err = pc.reader.Get(ctx, types.NamespacedName{Namespace: p.owner.GetNamespace(), Name: depName}, cur)
+	err = pc.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: depName}, cur)
 	switch {
 	case err == nil:
 		dep = cur
 	case !apierrors.IsNotFound(err):
 		return nil, 0, false, fmt.Errorf("reading Deployment %s: %w", depName, err)
 	}
-	if wait, ok := podsReleased(dep, now); !ok {
+	if dep != nil {
+		// The template not yet changed (a Secret the new one needs is
+		// missing, a refused template, a conflict): its pods still use them.
+		refs := templateSecretUses(&dep.Spec.Template.Spec)
+		for _, r := range todo {
+			if r.secretKeys == nil && refs.uses(p.kafkaUser, "") {
+				return nil, 0, false, nil
+			}
+			for _, k := range r.secretKeys {
+				if refs.uses(p.derivedSecret, k) {
+					return nil, 0, false, nil
+				}
+			}
+		}
+	}
+	if wait, ok := podsReleased(dep, now, rc.rolledOutSince(p, now)); !ok {
 		return nil, wait, false, nil
 	}
-	for _, o := range owned {
-		if sec, ok := o.(*corev1.Secret); ok {
-			sec.Data, sec.StringData = nil, nil
-			if err := pc.client.Update(ctx, sec); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return deleted, 0, false, fmt.Errorf("emptying Secret %s: %w", sec.Name, err)
-			}
-			deleted = append(deleted, fmt.Sprintf("Secret %q emptied", sec.Name))
+	clear = true
+	for _, r := range todo {
+		msg, err := pc.apply(ctx, p, r)
+		if apierrors.IsConflict(err) {
+			clear, wait = false, time.Second // changed meanwhile: look again
 			continue
 		}
-		uid := o.GetUID()
-		err := pc.client.Delete(ctx, o, client.Preconditions{UID: &uid})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return deleted, 0, false, fmt.Errorf("deleting %s: %w", o.GetName(), err)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return done, 0, false, err
 		}
-		deleted = append(deleted, fmt.Sprintf("%s %q deleted", o.(*unstructured.Unstructured).GetKind(), o.GetName()))
+		if err == nil {
+			done = append(done, msg)
+		}
 	}
-	return deleted, 0, true, nil
+	return done, wait, clear, nil
+}
+
+// apply carries out r and says what it did.
+func (pc platformClient) apply(ctx context.Context, p platformSpec, r release) (string, error) {
+	switch o := r.obj.(type) {
+	case *corev1.Secret:
+		for _, k := range r.secretKeys {
+			delete(o.Data, k)
+		}
+		o.StringData = nil
+		if err := pc.client.Update(ctx, o); err != nil {
+			return "", fmt.Errorf("updating Secret %s: %w", o.Name, err)
+		}
+		if len(o.Data) == 0 {
+			return fmt.Sprintf("Secret %q emptied", o.Name), nil
+		}
+		return fmt.Sprintf("keys %s taken out of Secret %q", strings.Join(r.secretKeys, ", "), o.Name), nil
+	case *unstructured.Unstructured:
+		if r.orphan {
+			refs := o.GetOwnerReferences()
+			refs = slices.DeleteFunc(refs, func(ref metav1.OwnerReference) bool { return ref.UID == p.owner.GetUID() })
+			o.SetOwnerReferences(refs)
+			if err := pc.client.Update(ctx, o); err != nil {
+				return "", fmt.Errorf("handing back KafkaUser %s: %w", o.GetName(), err)
+			}
+			return fmt.Sprintf("KafkaUser %q, adopted before, handed back (no longer this object's; not deleted)", o.GetName()), nil
+		}
+		uid := o.GetUID()
+		if err := pc.client.Delete(ctx, o, client.Preconditions{UID: &uid}); err != nil {
+			return "", fmt.Errorf("deleting KafkaUser %s: %w", o.GetName(), err)
+		}
+		return fmt.Sprintf("KafkaUser %q deleted", o.GetName()), nil
+	}
+	return "", fmt.Errorf("releasing %T", r.obj)
+}
+
+// secretUses are the Secret keys a pod template reads: name/key, or name/""
+// for every key of a Secret read whole (envFrom, a volume without items).
+type secretUses map[string]bool
+
+func (u secretUses) uses(name, key string) bool {
+	if u[name+"/"] {
+		return true
+	}
+	if key == "" {
+		for k := range u {
+			if strings.HasPrefix(k, name+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	return u[name+"/"+key]
+}
+
+func templateSecretUses(spec *corev1.PodSpec) secretUses {
+	u := secretUses{}
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				u[e.ValueFrom.SecretKeyRef.Name+"/"+e.ValueFrom.SecretKeyRef.Key] = true
+			}
+		}
+		for _, e := range c.EnvFrom {
+			if e.SecretRef != nil {
+				u[e.SecretRef.Name+"/"] = true
+			}
+		}
+	}
+	secretVolume := func(name string, items []corev1.KeyToPath) {
+		if len(items) == 0 {
+			u[name+"/"] = true
+		}
+		for _, it := range items {
+			u[name+"/"+it.Key] = true
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil {
+			secretVolume(v.Secret.SecretName, v.Secret.Items)
+		}
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.Secret != nil {
+					secretVolume(src.Secret.Name, src.Secret.Items)
+				}
+			}
+		}
+	}
+	return u
 }
 
 // releaseChecks remembers, per object, the platform use last found with
@@ -142,6 +280,25 @@ func (pc platformClient) releaseUnused(ctx context.Context, p platformSpec, depN
 type releaseChecks struct {
 	mu   sync.Mutex
 	done map[string]string
+	// since: when a Deployment without a Progressing condition was first
+	// seen rolled out, per object (the grace counts from it).
+	since map[string]time.Time
+}
+
+// rolledOutSince returns when p's Deployment was first seen rolled out
+// without a Progressing condition: now, the first time it is asked.
+func (rc *releaseChecks) rolledOutSince(p platformSpec, now time.Time) time.Time {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.since == nil {
+		rc.since = map[string]time.Time{}
+	}
+	t, ok := rc.since[releaseKey(p)]
+	if !ok {
+		rc.since[releaseKey(p)] = now
+		t = now
+	}
+	return t
 }
 
 func releaseKey(p platformSpec) string {
@@ -149,7 +306,7 @@ func releaseKey(p platformSpec) string {
 }
 
 func releaseUse(p platformSpec) string {
-	return fmt.Sprint(p.strimzi != nil, p.derivedUsed())
+	return fmt.Sprint(p.strimzi != nil, p.derivedKeys())
 }
 
 func (rc *releaseChecks) due(p platformSpec) bool {
@@ -166,26 +323,23 @@ func (rc *releaseChecks) clear(p platformSpec) {
 		rc.done = map[string]string{}
 	}
 	rc.done[releaseKey(p)] = releaseUse(p)
-}
-
-func named[T client.Object](o T, namespace, name string) T {
-	o.SetNamespace(namespace)
-	o.SetName(name)
-	return o
+	delete(rc.since, releaseKey(p))
 }
 
 // podsReleased reports whether no pod of dep can still use credentials its
 // current template does not name: it has rolled out, and the termination
-// grace period has passed since. Otherwise wait is how long until it may
-// (0: until the Deployment changes).
-func podsReleased(dep *appsv1.Deployment, now time.Time) (wait time.Duration, ok bool) {
+// grace period has passed since (the Progressing condition's
+// NewReplicaSetAvailable time; seen, when there is none: a paused
+// Deployment, progressDeadlineSeconds at its maximum). Otherwise wait is how
+// long until it may (0: until the Deployment changes).
+func podsReleased(dep *appsv1.Deployment, now, seen time.Time) (wait time.Duration, ok bool) {
 	if dep == nil {
 		return 0, true
 	}
 	if !rolledOut(dep) {
 		return 0, false
 	}
-	var done time.Time
+	done := seen
 	for _, c := range dep.Status.Conditions {
 		if c.Type == appsv1.DeploymentProgressing && c.Reason == "NewReplicaSetAvailable" {
 			done = c.LastUpdateTime.Time
@@ -232,7 +386,7 @@ func releasePlatformObjects(ctx context.Context, pc platformClient, rc *releaseC
 	if !rc.due(p) {
 		return 0, nil
 	}
-	done, wait, clear, err := pc.releaseUnused(ctx, p, depName, time.Now())
+	done, wait, clear, err := pc.releaseUnused(ctx, rc, p, depName, time.Now())
 	for _, d := range done {
 		event(d + ": it is no longer used by this object's spec, and no pod of it can still run with it")
 	}

@@ -130,7 +130,11 @@ func TestPlatformsReleaseUnused(t *testing.T) {
 		t.Errorf("no %s Event", ReasonPlatformObjectReleased)
 	}
 
-	// The same for an Outbox's relay KafkaUser.
+	// The same for an Outbox's relay KafkaUser, and not while the relay's
+	// template still names it: switched to brokers with SASL whose Secret
+	// does not exist yet (a GitOps ExternalSecret that lags), the relay
+	// keeps its former template. (A review found the KafkaUser deleted and
+	// the derived Secret emptied under the running relay.)
 	te.deploymentsAvailable.Store(true)
 	te.create(t, newPlatformOutbox(ns, "osw", outboxStrimzi("kc")))
 	eventually(t, 30*time.Second, "the relay's KafkaUser", func() (bool, string) {
@@ -140,31 +144,53 @@ func TestPlatformsReleaseUnused(t *testing.T) {
 	te.secret(t, ns, "osw-outbox-relay", map[string]string{"password": "scram"})
 	setKafkaUserReady(t, te, ns, "osw-outbox-relay", "True")
 	relayKey := types.NamespacedName{Namespace: ns, Name: "osw-outbox-relay"}
+	var gen int64
 	eventually(t, 30*time.Second, "the relay Deployment", func() (bool, string) {
-		err := te.c.Get(ctx, relayKey, &appsv1.Deployment{})
+		var dep appsv1.Deployment
+		err := te.c.Get(ctx, relayKey, &dep)
+		gen = dep.Generation
 		return err == nil, fmt.Sprint(err)
 	})
+	relayDerived := func() map[string][]byte {
+		var sec corev1.Secret
+		if err := te.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "osw-outbox-platform"}, &sec); err != nil {
+			t.Fatalf("the relay's derived Secret: %v", err)
+		}
+		return sec.Data
+	}
+	if string(relayDerived()["username"]) != "osw-outbox-relay" {
+		t.Fatalf("relay's derived Secret %v, want the SCRAM user name", relayDerived())
+	}
 	te.deploymentsAvailable.Store(false)
 	if err := te.updateOutbox(t, ns, "osw", func(o *kafkav1alpha1.Outbox) {
 		o.Spec.Kafka.Strimzi = nil
 		o.Spec.Kafka.BootstrapServers = []string{"kafka-0.kafka:9092"}
+		o.Spec.Kafka.SASL = &kafkav1alpha1.KafkaSASL{Mechanism: kafkav1alpha1.SASLScramSHA512,
+			UsernameSecretRef: kafkav1alpha1.SecretKeyRef{Name: "ext-sasl", Key: "username"},
+			PasswordSecretRef: kafkav1alpha1.SecretKeyRef{Name: "ext-sasl", Key: "password"}}
 	}); err != nil {
 		t.Fatal(err)
 	}
+	setRolledOut(relayKey, time.Now().Add(-time.Minute)) // the former template, long rolled out
+	time.Sleep(3 * time.Second)
+	if _, err := te.getPlatform(t, strimziUserGVK, ns, "osw-outbox-relay"); err != nil || len(relayDerived()) == 0 {
+		t.Fatalf("the relay's KafkaUser (%v) or derived Secret (%d keys) went while the relay's template still names them", err, len(relayDerived()))
+	}
+	te.secret(t, ns, "ext-sasl", map[string]string{"username": "u", "password": "p"})
 	eventually(t, 30*time.Second, "the relay's new template applied", func() (bool, string) {
 		var dep appsv1.Deployment
 		if err := te.c.Get(ctx, relayKey, &dep); err != nil {
 			return false, err.Error()
 		}
-		return dep.Generation > 1, fmt.Sprint(dep.Generation)
+		return dep.Generation > gen, fmt.Sprint(dep.Generation)
 	})
-	time.Sleep(2 * time.Second)
-	if _, err := te.getPlatform(t, strimziUserGVK, ns, "osw-outbox-relay"); err != nil {
-		t.Fatalf("the relay's KafkaUser during the rollout: %v", err)
-	}
 	setRolledOut(relayKey, time.Now().Add(-time.Minute))
-	eventually(t, 30*time.Second, "the relay's KafkaUser deleted", func() (bool, string) {
+	eventually(t, 30*time.Second, "the relay's KafkaUser deleted and derived Secret emptied", func() (bool, string) {
 		_, err := te.getPlatform(t, strimziUserGVK, ns, "osw-outbox-relay")
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
+		d := relayDerived()
+		return apierrors.IsNotFound(err) && len(d) == 0, fmt.Sprintf("%v; derived keys %d", err, len(d))
 	})
+	if !te.hasEventsOf(t, ns, "Outbox", "osw", ReasonPlatformObjectReleased) {
+		t.Errorf("no %s Event on the Outbox", ReasonPlatformObjectReleased)
+	}
 }

@@ -132,11 +132,19 @@ func TestEmit_RefusesATopicTheOutboxDoesNotPublishTo(t *testing.T) {
 			t.Errorf("Ensure with topic %q: %v, want an invalid topic error", bad, err)
 		}
 	}
-	// Without a list, any topic (the library's default).
+	// Without WithTopics, Ensure leaves the table's topic check as it is
+	// (a standalone relay that ensures its table does not widen it).
 	if err := Ensure(ctx, pool, tbl, "topics-test"); err != nil {
 		t.Fatal(err)
 	}
+	if err := emit("ledger-internal"); err == nil {
+		t.Error("Ensure without WithTopics widened the topic check")
+	}
+	// An empty list: any topic.
+	if err := Ensure(ctx, pool, tbl, "topics-test", WithTopics(nil)); err != nil {
+		t.Fatal(err)
+	}
 	if err := emit("ledger-internal"); err != nil {
-		t.Errorf("with no topic list: %v", err)
+		t.Errorf("with an empty topic list: %v", err)
 	}
 }
