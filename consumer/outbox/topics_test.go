@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -86,6 +87,22 @@ func TestTopicCheck_AnOpenTransactionSeesTheChange(t *testing.T) {
 	}
 }
 
+// emitOpen emits msg in a transaction it leaves open (rolled back when the
+// test ends unless committed).
+func (e *relayEnv) emitOpen(t *testing.T, msg outbox.Message) pgx.Tx {
+	t.Helper()
+	ctx := testCtx(t)
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := outbox.Emit(ctx, tx, e.tbl, msg); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // settled asks TopicsSettled on a connection of e's pool.
 func (e *relayEnv) settled(t *testing.T) bool {
 	t.Helper()
@@ -113,14 +130,7 @@ func TestTopicCheck_AChangeWaitsForNoEmitter(t *testing.T) {
 	if !e.settled(t) {
 		t.Fatal("a new outbox's topic check is not settled")
 	}
-	holder, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx)
-	if _, err := outbox.Emit(ctx, holder, e.tbl, outbox.Message{Topic: "keep", Payload: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
+	holder := e.emitOpen(t, outbox.Message{Topic: "keep", Payload: []byte(`{}`)})
 	start := time.Now()
 	if err := outbox.Ensure(ctx, e.pool, e.tbl, testOwner, outbox.WithTopics([]string{"keep"})); err != nil {
 		t.Fatalf("Ensure with an emitter's transaction open: %v", err)
@@ -183,14 +193,7 @@ func TestTopicCheck_HorizonCoversEveryRowOfARemovedTopic(t *testing.T) {
 	e := topicsOutbox(t, "keep", "gone")
 	ctx := testCtx(t)
 	msg := outbox.Message{Topic: "gone", Key: []byte("k"), Payload: []byte(`{}`)}
-	holder, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx)
-	if _, err := outbox.Emit(ctx, holder, e.tbl, msg); err != nil {
-		t.Fatal(err)
-	}
+	holder := e.emitOpen(t, msg)
 	writer, err := e.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -255,14 +258,7 @@ func (e *relayEnv) setTopicsComment(t *testing.T, comment string) {
 func TestTopicCheck_AnInterruptedChangeIsPending(t *testing.T) {
 	e := topicsOutbox(t, "keep", "gone")
 	ctx := testCtx(t)
-	holder, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback(ctx)
-	if _, err := outbox.Emit(ctx, holder, e.tbl, outbox.Message{Topic: "keep", Payload: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
+	holder := e.emitOpen(t, outbox.Message{Topic: "keep", Payload: []byte(`{}`)})
 	if err := outbox.Ensure(ctx, e.pool, e.tbl, testOwner, outbox.WithTopics([]string{"keep"})); err != nil {
 		t.Fatal(err)
 	}
