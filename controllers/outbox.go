@@ -288,6 +288,9 @@ func (r *OutboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if !obj.Spec.Suspend && outboxPlatform(obj).used() {
+		r.released.forget(req.NamespacedName) // as the IdempotentConsumer's
+	}
 	orig := obj.DeepCopy()
 	orig.Status.Platform = platformStatus
 	orig.Status.RetiringTopics = retiringBefore
@@ -393,6 +396,7 @@ func (r *OutboxReconciler) forget(key types.NamespacedName) {
 	delete(r.memory, key)
 	r.mu.Unlock()
 	r.backoff.reset(key)
+	r.released.forget(key)
 }
 
 func (r *OutboxReconciler) patchStatus(ctx context.Context, orig, obj *kafkav1alpha1.Outbox) error {

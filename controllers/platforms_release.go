@@ -62,6 +62,11 @@ import (
 // object controls are touched. The dead-letter KafkaTopic is never deleted:
 // it holds records.
 
+// releaseGraceWithoutDeployment is how long the release waits after the
+// Deployment is first seen gone: the termination grace of the operator's
+// templates (objects.DeploymentFor, objects.RelayDeployment).
+const releaseGraceWithoutDeployment = 45 * time.Second
+
 // ReasonPlatformObjectReleased: a platform object the spec no longer uses
 // was deleted (a KafkaUser) or emptied (the derived Secret): a Normal Event.
 const ReasonPlatformObjectReleased = "PlatformObjectReleased"
@@ -161,6 +166,10 @@ func (pc platformClient) releaseUnused(ctx context.Context, rc *releaseChecks, p
 				}
 			}
 		}
+	}
+	if dep != nil && !rolledOut(dep) {
+		rc.notRolledOut(p)
+		return nil, 0, false, nil
 	}
 	if wait, ok := podsReleased(dep, now, rc.rolledOutSince(p, now)); !ok {
 		return nil, wait, false, nil
@@ -279,19 +288,20 @@ func templateSecretUses(spec *corev1.PodSpec) secretUses {
 // use looks again until it is released.
 type releaseChecks struct {
 	mu   sync.Mutex
-	done map[string]string
-	// since: when a Deployment without a Progressing condition was first
-	// seen rolled out, per object (the grace counts from it).
-	since map[string]time.Time
+	done map[types.NamespacedName]string
+	// since: when p's Deployment was first seen rolled out (or gone), per
+	// object; the grace counts from it when the Deployment has no
+	// Progressing condition to tell.
+	since map[types.NamespacedName]time.Time
 }
 
-// rolledOutSince returns when p's Deployment was first seen rolled out
-// without a Progressing condition: now, the first time it is asked.
+// rolledOutSince returns when p's Deployment was first seen rolled out (or
+// gone): now, the first time it is asked since notRolledOut.
 func (rc *releaseChecks) rolledOutSince(p platformSpec, now time.Time) time.Time {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if rc.since == nil {
-		rc.since = map[string]time.Time{}
+		rc.since = map[types.NamespacedName]time.Time{}
 	}
 	t, ok := rc.since[releaseKey(p)]
 	if !ok {
@@ -301,8 +311,10 @@ func (rc *releaseChecks) rolledOutSince(p platformSpec, now time.Time) time.Time
 	return t
 }
 
-func releaseKey(p platformSpec) string {
-	return fmt.Sprintf("%T/%s/%s", p.owner, p.owner.GetNamespace(), p.owner.GetName())
+// releaseKey: each reconciler has releaseChecks of its own, so the name
+// is enough.
+func releaseKey(p platformSpec) types.NamespacedName {
+	return types.NamespacedName{Namespace: p.owner.GetNamespace(), Name: p.owner.GetName()}
 }
 
 func releaseUse(p platformSpec) string {
@@ -316,11 +328,28 @@ func (rc *releaseChecks) due(p platformSpec) bool {
 	return !ok || use != releaseUse(p)
 }
 
+// notRolledOut forgets when the Deployment was seen rolled out: a new
+// rollout is under way.
+func (rc *releaseChecks) notRolledOut(p platformSpec) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	delete(rc.since, releaseKey(p))
+}
+
+// forget makes the next release phase of key look again: its platform
+// objects were written (resolve with write), or it is gone.
+func (rc *releaseChecks) forget(key types.NamespacedName) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	delete(rc.done, key)
+	delete(rc.since, key)
+}
+
 func (rc *releaseChecks) clear(p platformSpec) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if rc.done == nil {
-		rc.done = map[string]string{}
+		rc.done = map[types.NamespacedName]string{}
 	}
 	rc.done[releaseKey(p)] = releaseUse(p)
 	delete(rc.since, releaseKey(p))
@@ -334,6 +363,12 @@ func (rc *releaseChecks) clear(p platformSpec) {
 // long until it may (0: until the Deployment changes).
 func podsReleased(dep *appsv1.Deployment, now, seen time.Time) (wait time.Duration, ok bool) {
 	if dep == nil {
+		// Gone, perhaps just now (spec.consumer removed in the same
+		// edit): its pods may still drain, for the grace the operator's
+		// templates give them.
+		if left := seen.Add(releaseGraceWithoutDeployment).Sub(now); left > 0 {
+			return left, false
+		}
 		return 0, true
 	}
 	if !rolledOut(dep) {

@@ -130,6 +130,33 @@ func TestPlatformsReleaseUnused(t *testing.T) {
 		t.Errorf("no %s Event", ReasonPlatformObjectReleased)
 	}
 
+	// Strimzi added and taken away again while its KafkaUser never got
+	// Ready (a Kafka wait skips the release phase, and the platform use is
+	// the same before and after): released all the same. (A review found
+	// it kept until the operator restarted.)
+	te.deploymentsAvailable.Store(true)
+	if err := te.update(t, ns, "sw", func(o *kafkav1alpha1.IdempotentConsumer) {
+		o.Spec.Kafka.BootstrapServers = nil
+		o.Spec.Kafka.Strimzi = &kafkav1alpha1.StrimziSpec{StrimziCluster: kafkav1alpha1.StrimziCluster{Cluster: "kc"}}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	te.waitCondition(t, ns, "sw", kafkav1alpha1.ConditionKafkaReady, metav1.ConditionFalse, kafkav1alpha1.ReasonKafkaUserNotReady)
+	if !userExists() {
+		t.Fatal("no KafkaUser made during the wait")
+	}
+	if err := te.update(t, ns, "sw", func(o *kafkav1alpha1.IdempotentConsumer) {
+		o.Spec.Kafka.Strimzi = nil
+		o.Spec.Kafka.BootstrapServers = []string{"kafka-0.kafka:9092"}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	setRolledOut(depKey, time.Now().Add(-time.Minute))
+	eventually(t, 30*time.Second, "the KafkaUser made during the wait deleted", func() (bool, string) {
+		u, d := userExists(), derived()
+		return !u && len(d) == 0, fmt.Sprintf("KafkaUser exists %v, derived Secret keys %d", u, len(d))
+	})
+
 	// The same for an Outbox's relay KafkaUser, and not while the relay's
 	// template still names it: switched to brokers with SASL whose Secret
 	// does not exist yet (a GitOps ExternalSecret that lags), the relay

@@ -51,6 +51,14 @@ func TestPodsReleased(t *testing.T) {
 	if _, ok := podsReleased(dep, now, now.Add(-time.Hour)); ok {
 		t.Error("a generation not yet observed counts as rolled out")
 	}
+	// No Deployment (deleted in the same edit, perhaps): its pods may still
+	// drain (a review found the release at once).
+	if wait, ok := podsReleased(nil, now, now); ok || wait != 45*time.Second {
+		t.Errorf("no Deployment, first seen gone now: ok %v wait %v, want a 45s wait", ok, wait)
+	}
+	if _, ok := podsReleased(nil, now, now.Add(-time.Minute)); !ok {
+		t.Error("no Deployment for a minute: not released")
+	}
 }
 
 // TestTemplateSecretUses: every way a pod template reads a Secret.

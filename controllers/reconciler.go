@@ -229,6 +229,11 @@ func (r *IdempotentConsumerReconciler) Reconcile(ctx context.Context, req ctrl.R
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if !obj.Spec.Suspend && consumerPlatform(obj).used() {
+		// It may have written a KafkaUser or derived keys, perhaps during a
+		// wait that skips the release phase: that phase looks again.
+		r.released.forget(req.NamespacedName)
+	}
 	orig := obj.DeepCopy()
 	orig.Status.Platform = platformStatus
 	s := &reconcileState{obj: obj, now: r.Clock.Now()}
@@ -447,4 +452,5 @@ func (r *IdempotentConsumerReconciler) forget(key types.NamespacedName) {
 	if r.rollout != nil {
 		r.rollout.finished(key)
 	}
+	r.released.forget(key)
 }
