@@ -197,15 +197,16 @@ func (r *OutboxReconciler) publishedUpTo(ctx context.Context, s *outboxState, to
 func (r *OutboxReconciler) horizon(ctx context.Context, s *outboxState) (uint64, bool) {
 	dctx, cancel := context.WithTimeout(ctx, r.Options.DatabaseTimeout)
 	defer cancel()
-	var h uint64
+	var settled bool
 	err := s.pool.AcquireFunc(dctx, func(c *pgxpool.Conn) error {
-		settled, err := outbox.TopicsSettled(dctx, c.Conn(), s.tbl)
-		if err != nil || !settled {
-			return err
-		}
-		h, err = outbox.Horizon(dctx, s.pool)
+		var err error
+		settled, err = outbox.TopicsSettled(dctx, c.Conn(), s.tbl)
 		return err
 	})
+	var h uint64
+	if err == nil && settled { // the connection given back first: the pool is shared
+		h, err = outbox.Horizon(dctx, s.pool)
+	}
 	if err != nil {
 		log.FromContext(ctx).Info("Cannot read the transaction horizon for a retiring topic; its ACL stays", "error", s.sec.scrub(err.Error()))
 	}
