@@ -396,7 +396,7 @@ func (r *OutboxReconciler) forget(key types.NamespacedName) {
 	delete(r.memory, key)
 	r.mu.Unlock()
 	r.backoff.reset(key)
-	r.released.forget(key)
+	r.released.drop(key)
 }
 
 func (r *OutboxReconciler) patchStatus(ctx context.Context, orig, obj *kafkav1alpha1.Outbox) error {

@@ -337,8 +337,16 @@ func (rc *releaseChecks) notRolledOut(p platformSpec) {
 }
 
 // forget makes the next release phase of key look again: its platform
-// objects were written (resolve with write), or it is gone.
+// objects were written (resolve with write). When its Deployment was seen
+// rolled out stays: a wait that counts from it goes on.
 func (rc *releaseChecks) forget(key types.NamespacedName) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	delete(rc.done, key)
+}
+
+// drop forgets key altogether: the object is gone.
+func (rc *releaseChecks) drop(key types.NamespacedName) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	delete(rc.done, key)

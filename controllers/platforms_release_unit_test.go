@@ -86,3 +86,36 @@ func TestTemplateSecretUses(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseChecksKeepTheWait: an object that uses a platform is looked at
+// again on every reconcile (forget), and the time its Deployment was first
+// seen rolled out (or gone) survives that, so a wait counted from it ends;
+// a new rollout and the object's deletion reset it.
+func TestReleaseChecksKeepTheWait(t *testing.T) {
+	obj := newConsumer("ns", "c")
+	p := consumerPlatform(obj)
+	var rc releaseChecks
+	t0 := time.Now()
+	if got := rc.rolledOutSince(p, t0); !got.Equal(t0) {
+		t.Fatalf("first sight %v, want %v", got, t0)
+	}
+	rc.forget(releaseKey(p))
+	if !rc.due(p) {
+		t.Error("not due after forget")
+	}
+	if got := rc.rolledOutSince(p, t0.Add(time.Minute)); !got.Equal(t0) {
+		t.Errorf("after forget the first sight is %v, want %v kept (the wait would restart on every reconcile)", got, t0)
+	}
+	rc.clear(p)
+	if rc.due(p) {
+		t.Error("due right after clear with the same use")
+	}
+	rc.notRolledOut(p)
+	if got := rc.rolledOutSince(p, t0.Add(2*time.Minute)); !got.Equal(t0.Add(2 * time.Minute)) {
+		t.Errorf("after a new rollout the first sight is %v, want reset", got)
+	}
+	rc.drop(releaseKey(p))
+	if !rc.due(p) {
+		t.Error("not due after drop")
+	}
+}

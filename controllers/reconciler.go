@@ -452,5 +452,5 @@ func (r *IdempotentConsumerReconciler) forget(key types.NamespacedName) {
 	if r.rollout != nil {
 		r.rollout.finished(key)
 	}
-	r.released.forget(key)
+	r.released.drop(key)
 }
